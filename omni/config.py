@@ -1,0 +1,41 @@
+"""EngineConfig: everything the engine needs to load and run a model, as one frozen dataclass.
+
+Knows nothing of the environment or argv (the edges fill it in) and nothing of HTTP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from preprocess.media import MediaLimits
+
+CONFIDENCE_FORMULAS = ("clef", "typesafe")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: str | None = None          # checkpoint directory or hub id; None = the embedded tiny default
+    served_name: str = "clef-omni"          # the `model` reported in answers and /v1/models
+    model_aliases: tuple[str, ...] = ("jev-latest", "clef-omni")
+    dtype: str = "auto"                     # auto: bfloat16 on CUDA, float32 on CPU
+    device: str = "auto"                    # auto: cuda if available else cpu
+    head_dtype: str = "float32"             # the head runs in float32 by default (the reference uses bf16)
+    attn_implementation: str = "sdpa"
+    max_context_tokens: int = 64_000
+    max_questions: int = 64
+    max_question_id_chars: int = 256
+    max_choice_options: int = 255
+    max_score_levels: int = 10
+    confidence: str = "clef"                # "clef" (p_max) or "typesafe"
+    probability_decimals: int = 4
+    max_batch_records: int = 8
+    max_batch_tokens: int = 16_384
+    max_wait_ms: float = 5.0
+    max_queue: int = 256
+    request_timeout_s: float = 60.0
+    decode_threads: int = 2
+    media: MediaLimits = field(default_factory=MediaLimits)
+    cache_dir: str | None = None            # where the embedded tiny default is built; None = ~/.cache/omni-decide
+
+    def __post_init__(self):
+        if self.confidence not in CONFIDENCE_FORMULAS:
+            raise ValueError(f"confidence must be one of {CONFIDENCE_FORMULAS}, not {self.confidence!r}")

@@ -1,0 +1,78 @@
+"""Typed errors of the decision core. Each names what went wrong in the caller's terms (field path, limit).
+
+Knows nothing of HTTP status codes: `api/errors.py` maps these classes to responses in one table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from preprocess.errors import MediaError  # noqa: F401  (re-exported: media faults are request faults too)
+
+Loc = tuple  # a field path such as ("questions", "q1", "criteria")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One validation problem: where (`loc`, without the leading "body"), what, and a pydantic-style type tag."""
+
+    loc: Loc
+    msg: str
+    type: str = "value_error"
+
+
+class OmniError(Exception):
+    """Base class of every error the core raises on purpose."""
+
+
+class InvalidRequest(OmniError):
+    """The request breaks a rule of the schema or a configured limit. Carries every issue found."""
+
+    def __init__(self, issues: list[Issue] | tuple[Issue, ...]):
+        self.issues = tuple(issues)
+        super().__init__("; ".join(f"{'.'.join(map(str, i.loc))}: {i.msg}" for i in self.issues))
+
+    @classmethod
+    def one(cls, loc: Loc, msg: str, type: str = "value_error") -> "InvalidRequest":
+        return cls([Issue(tuple(loc), msg, type)])
+
+
+class ContextTooLong(InvalidRequest):
+    """The prompt does not fit the context: the schema and media alone, or the state with `truncate: false`."""
+
+    def __init__(self, loc: Loc, msg: str, needed_tokens: int, max_tokens: int):
+        self.needed_tokens = needed_tokens
+        self.max_tokens = max_tokens
+        super().__init__([Issue(tuple(loc), msg, "context_too_long")])
+
+
+class UnknownModel(OmniError):
+    """The request names a model this engine does not serve."""
+
+    def __init__(self, requested: str, served: tuple[str, ...]):
+        self.requested = requested
+        self.served = served
+        super().__init__(f"Unknown model: {requested!r}; this server answers as {', '.join(served)}")
+
+
+class CheckpointError(OmniError):
+    """A model directory is incomplete or does not match its config (missing/mismatched/unexpected keys, files)."""
+
+
+class Overloaded(OmniError):
+    """The admission queue is full; retry after `retry_after_s`."""
+
+    def __init__(self, msg: str = "server is at capacity", retry_after_s: float = 1.0):
+        self.retry_after_s = retry_after_s
+        super().__init__(msg)
+
+
+class NotReady(OmniError):
+    """The model is not loaded (or the engine is stopping)."""
+
+
+class DeadlineExceeded(OmniError):
+    """The request outlived its deadline before an answer was computed."""
+
+
+class InferenceFailed(OmniError):
+    """The model failed on a batch for a reason that is not the caller's fault (a bug or a device fault)."""

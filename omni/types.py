@@ -1,0 +1,101 @@
+"""Frozen value types of the decision core: questions, requests, decisions.
+
+Knows nothing of HTTP, pydantic, torch or the model: these are plain data shared by every layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+QuestionType = Literal["noul", "choice", "score"]
+QUESTION_TYPES: tuple[str, ...] = ("noul", "choice", "score")
+# Index into the head's type embedding (clef-reference §1.4: noul 0, choice 1, score 2).
+TYPE_INDEX = {"noul": 0, "choice": 1, "score": 2}
+
+NOUL_DEFAULT_TRUE = "The proposition is true or the answer is yes."
+NOUL_DEFAULT_FALSE = "The proposition is false or the answer is no."
+
+
+@dataclass(frozen=True)
+class Option:
+    """One allowed answer. `description` is any JSON value; None means "no description" (omitted from the prompt)."""
+
+    id: str
+    description: Any = None
+
+
+@dataclass(frozen=True)
+class Question:
+    """A typed question.
+
+    `options` are in *request* order (noul: true, false; choice: the criteria map order; score: level order).
+    The prompt/head order (choice sorted by id) is derived by `prompt_options`.
+    """
+
+    id: str
+    type: QuestionType
+    options: tuple[Option, ...]
+    instructions: Any = None
+
+    @property
+    def prompt_options(self) -> tuple[Option, ...]:
+        """Options in the reference prompt order (= head order): choice sorted by code point, others as given."""
+        if self.type == "choice":
+            return tuple(sorted(self.options, key=lambda o: o.id))
+        return self.options
+
+
+@dataclass(frozen=True)
+class MediaRef:
+    """Raw bytes of one media item as the caller sent them; decoding happens in `preprocess`.
+
+    `kind` is the slot it was sent in ("image" | "audio" | "video"); `label` names it for errors ("videos[1]").
+    """
+
+    kind: Literal["image", "audio", "video"]
+    data: bytes
+    label: str
+    declared_type: str | None = None
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    """A validated System One request in core terms."""
+
+    state: Any
+    questions: tuple[Question, ...]
+    model: str | None = None
+    media: tuple[MediaRef, ...] = ()
+    truncate: bool = True
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine's answer: System One `answers` (JSON-ready dicts in request key order) plus accounting."""
+
+    model: str
+    answers: dict[str, dict]
+    usage: Usage
+    truncated_state_tokens: int = 0
+    tokens_by_modality: dict[str, int] = field(default_factory=dict)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_wire(self) -> dict:
+        """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "answers": self.answers,
+            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
+        }
+        if self.truncated_state_tokens:
+            body["x_truncated_state_tokens"] = self.truncated_state_tokens
+        if self.tokens_by_modality:
+            body["x_usage"] = dict(self.tokens_by_modality)
+        return body
