@@ -86,6 +86,7 @@ class Decision:
     truncated_state_tokens: int = 0
     tokens_by_modality: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    batch_size: int = 1
 
     def to_wire(self) -> dict:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""

@@ -1,0 +1,201 @@
+"""Loads a Qwen3-Omni thinker from a Clef-omni checkpoint and runs one prefill to final-norm hidden states.
+
+The only module that names `Qwen3OmniMoe*` model classes. Loading follows clef-reference §6: audio output disabled,
+strict key checks (only `talker.*` / `code2wav.*` may be unexpected), `lm_head` swapped for Identity while its
+weight is kept as the head's lexical table. Knows nothing of prompts, questions, answers or HTTP; it sees token ids,
+model-ready media tensors and per-record lengths.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from omni.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+BACKBONE_FILES = ("config.json",)
+HEAD_FILES = ("joint_head_config.json", "joint_head.safetensors")
+TOKENIZER_FILES = ("tokenizer_config.json",)
+ALLOWED_UNEXPECTED_PREFIXES = ("talker.", "code2wav.")
+MEDIA_TENSOR_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
+                     "video_second_per_grid", "input_features", "feature_attention_mask")
+
+
+def resolve_checkpoint_dir(path_or_hub_id: str) -> Path:
+    """A local directory as is; otherwise a hub id, downloaded (or taken from the HF cache) as a snapshot."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or path_or_hub_id.startswith((".", "/", "~")) or path_or_hub_id.count("/") != 1:
+        raise CheckpointError(f"model path {path_or_hub_id!r} is not a directory (nor a hub id like 'org/name')")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(path_or_hub_id))
+    except Exception as exc:  # network down, repo missing, auth: say which and stop
+        raise CheckpointError(f"could not fetch {path_or_hub_id!r} from the hub: {exc}") from exc
+
+
+def check_checkpoint_files(directory: Path) -> None:
+    """Refuse a directory that lacks a part of the released layout, naming every missing file."""
+    missing = [name for name in BACKBONE_FILES + HEAD_FILES + TOKENIZER_FILES if not (directory / name).is_file()]
+    if not any(directory.glob("*.safetensors")) or not any(
+            p.name != "joint_head.safetensors" for p in directory.glob("*.safetensors")):
+        missing.append("model*.safetensors (backbone weights)")
+    if not (directory / "processor_config.json").is_file() and not (directory / "preprocessor_config.json").is_file():
+        missing.append("processor_config.json")
+    if missing:
+        head_note = (" — this looks like a plain Qwen3-Omni checkpoint without Clef's joint-schema head"
+                     if any(name in HEAD_FILES for name in missing) else "")
+        raise CheckpointError(f"{directory} is not a complete Clef-omni checkpoint; missing: {', '.join(missing)}"
+                              f"{head_note}")
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, not {dtype!r}") from None
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _check_loading_info(info: dict) -> None:
+    unexpected = [k for k in info.get("unexpected_keys", ()) if not k.startswith(ALLOWED_UNEXPECTED_PREFIXES)]
+    problems = []
+    if info.get("missing_keys"):
+        problems.append("missing keys: " + ", ".join(sorted(info["missing_keys"])))
+    if info.get("mismatched_keys"):
+        problems.append("shape-mismatched keys: " + ", ".join(
+            f"{key} (checkpoint {tuple(ckpt)} vs model {tuple(model)})" for key, ckpt, model in info["mismatched_keys"]))
+    if unexpected:
+        problems.append("unexpected keys: " + ", ".join(sorted(unexpected)))
+    if info.get("error_msgs"):
+        problems.append("errors: " + "; ".join(map(str, info["error_msgs"])))
+    if problems:
+        raise CheckpointError("backbone weights do not match config.json — " + " | ".join(problems))
+
+
+@dataclass
+class BackboneBatch:
+    """Right-padded inputs of several records. input_ids [B, L]; attention_mask [B, L]; position_ids [3, B, L]."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    lengths: list[int]
+    media: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class Backbone:
+    """A loaded thinker: `hidden_states(records)` → one [T_i, H] tensor per record, in one forward."""
+
+    def __init__(self, thinker: nn.Module, lexical_table: torch.Tensor, device: str, dtype: torch.dtype):
+        self.thinker = thinker
+        self.lexical_table = lexical_table          # [V, H], the original untied lm_head weight
+        self.device, self.dtype = device, dtype
+        self.hidden_size = int(lexical_table.shape[1])
+
+    @classmethod
+    def load(cls, directory: Path, dtype: str = "auto", device: str = "auto",
+             attn_implementation: str = "sdpa") -> "Backbone":
+        from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
+
+        device = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, device)
+        config = AutoConfig.from_pretrained(directory)
+        config.enable_audio_output = False
+        try:
+            model, info = Qwen3OmniMoeForConditionalGeneration.from_pretrained(
+                directory, config=config, dtype=torch_dtype, output_loading_info=True, ignore_mismatched_sizes=True,
+                attn_implementation=attn_implementation, device_map={"": device})
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"could not load the backbone from {directory}: {exc}") from exc
+        _check_loading_info(info)
+        thinker = model.thinker.eval()
+        lexical_table = thinker.lm_head.weight.detach()
+        thinker.lm_head = nn.Identity()
+        thinker.requires_grad_(False)
+        return cls(thinker, lexical_table, device, torch_dtype)
+
+    @property
+    def text_config(self):
+        return self.thinker.config.text_config
+
+    def position_ids(self, input_ids: torch.Tensor, media: dict[str, torch.Tensor], use_audio_in_video: bool) -> torch.Tensor:
+        """Explicit 3-D M-RoPE ids [3, 1, T] for one record, via the thinker's own get_rope_index.
+
+        Always passed to the forward: the model would otherwise compute them itself and keep `rope_deltas` on the
+        module (shared state, not thread-safe).
+        """
+        ids = input_ids.view(1, -1)
+        if not any(k in media for k in ("image_grid_thw", "video_grid_thw", "feature_attention_mask")):
+            return torch.arange(ids.shape[1]).view(1, 1, -1).expand(3, 1, -1)
+        audio_lengths = media["feature_attention_mask"].sum(-1) if "feature_attention_mask" in media else None
+        positions, _ = self.thinker.model.get_rope_index(
+            ids, media.get("image_grid_thw"), media.get("video_grid_thw"), torch.ones_like(ids),
+            use_audio_in_video, audio_lengths, media.get("video_second_per_grid"))
+        return positions.to(torch.long)
+
+    def collate(self, records: list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]) -> BackboneBatch:
+        """records: (input_ids [T], position_ids [3, 1, T], media tensors) → one right-padded batch."""
+        lengths = [int(ids.numel()) for ids, _, _ in records]
+        width = max(lengths)
+        input_ids = torch.zeros(len(records), width, dtype=torch.long)
+        attention_mask = torch.zeros(len(records), width, dtype=torch.long)
+        position_ids = torch.zeros(3, len(records), width, dtype=torch.long)
+        for row, (ids, positions, _) in enumerate(records):
+            n = lengths[row]
+            input_ids[row, :n] = ids
+            attention_mask[row, :n] = 1
+            position_ids[:, row, :n] = positions[:, 0]
+            # pads continue the sequence; they sit after every real token, so causal attention never sees them
+            position_ids[:, row, n:] = positions.max() + 1 + torch.arange(width - n)
+        return BackboneBatch(input_ids, attention_mask, position_ids, lengths, _concat_media([m for _, _, m in records]))
+
+    @torch.inference_mode()
+    def hidden_states(self, batch: BackboneBatch) -> list[torch.Tensor]:
+        """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H]."""
+        media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
+                 for k, v in batch.media.items()}
+        output = self.thinker.model(
+            input_ids=batch.input_ids.to(self.device), attention_mask=batch.attention_mask.to(self.device),
+            position_ids=batch.position_ids.to(self.device), use_cache=False, **media)
+        hidden = output.last_hidden_state
+        return [hidden[row, :n] for row, n in enumerate(batch.lengths)]
+
+
+def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Concatenate each media tensor across records in record order (the model scatters them in sequence order).
+
+    Audio features are padded to the longest clip of the batch; `feature_attention_mask` keeps each clip's length.
+    """
+    merged: dict[str, torch.Tensor] = {}
+    for key in MEDIA_TENSOR_KEYS:
+        parts = [m[key] for m in per_record if key in m]
+        if not parts:
+            continue
+        if key in ("input_features", "feature_attention_mask"):
+            width = max(p.shape[-1] for p in parts)
+            parts = [nn.functional.pad(p, (0, width - p.shape[-1])) for p in parts]
+        merged[key] = torch.cat(parts, dim=0)
+    return merged
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from exc

@@ -1,0 +1,93 @@
+"""A loaded Clef-omni model: processor parts + prompt encoder + thinker backbone + joint-schema head.
+
+One pipeline for serving, evaluation and training: `prepare` turns a request (and its decoded media) into model
+inputs on the CPU; `logits` / `probabilities` run one prefill for a batch of prepared records and the head per
+record. Knows nothing of HTTP, queues, answers' wire shape or the environment.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from omni.backbone import Backbone, check_checkpoint_files
+from omni.errors import CheckpointError
+from omni.head import JointSchemaHead, load_joint_head, option_probabilities
+from omni.prompt import EncodedPrompt, PromptEncoder
+from omni.types import DecisionRequest
+from preprocess.loader import ProcessorConfigError, ProcessorParts, load_processor_parts
+
+
+@dataclass
+class EncodedMediaInputs:
+    """Media already expanded into placeholder ids and model tensors (empty for text-only requests)."""
+
+    ids: list[int] = field(default_factory=list)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    use_audio_in_video: bool = False
+    tokens_by_modality: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class PreparedRecord:
+    """Everything one request needs for the forward pass; built off the model thread."""
+
+    request: DecisionRequest
+    prompt: EncodedPrompt
+    input_ids: torch.Tensor            # [T]
+    position_ids: torch.Tensor         # [3, 1, T]
+    media: dict[str, torch.Tensor]
+    tokens_by_modality: dict[str, int]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+
+class ClefModel:
+    def __init__(self, backbone: Backbone, head: JointSchemaHead, parts: ProcessorParts, max_context_tokens: int):
+        self.backbone = backbone
+        self.head = head
+        self.parts = parts
+        self.prompt_encoder = PromptEncoder(parts.tokenizer, max_context_tokens)
+
+    @classmethod
+    def load(cls, directory: Path, *, dtype: str = "auto", device: str = "auto", head_dtype: str = "float32",
+             attn_implementation: str = "sdpa", max_context_tokens: int = 64_000) -> "ClefModel":
+        check_checkpoint_files(directory)
+        try:
+            parts = load_processor_parts(directory)
+        except ProcessorConfigError as exc:
+            raise CheckpointError(str(exc)) from exc
+        backbone = Backbone.load(directory, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        head = load_joint_head(directory, backbone.device, getattr(torch, head_dtype))
+        if head.hidden_size != backbone.hidden_size:
+            raise CheckpointError(f"joint head hidden_size {head.hidden_size} != backbone hidden size "
+                                  f"{backbone.hidden_size}")
+        return cls(backbone, head, parts, max_context_tokens)
+
+    def prepare(self, request: DecisionRequest, media: EncodedMediaInputs | None = None) -> PreparedRecord:
+        media = media or EncodedMediaInputs()
+        started = time.perf_counter()
+        prompt = self.prompt_encoder.encode(request, media.ids)
+        input_ids = torch.tensor(prompt.input_ids, dtype=torch.long)
+        positions = self.backbone.position_ids(input_ids, media.tensors, media.use_audio_in_video)
+        text_tokens = len(prompt.input_ids) - len(media.ids)
+        tokens = {"text": text_tokens, **media.tokens_by_modality}
+        return PreparedRecord(request, prompt, input_ids, positions, media.tensors, tokens,
+                              {"encode": (time.perf_counter() - started) * 1e3})
+
+    def logits(self, records: list[PreparedRecord]) -> list[list[torch.Tensor]]:
+        """One backbone forward for all records, then the head per record (per question [n_i] logits)."""
+        batch = self.backbone.collate([(r.input_ids, r.position_ids, r.media) for r in records])
+        hidden = self.backbone.hidden_states(batch)
+        head_device = self.head.hidden_norm.weight.device
+        return [self.head(h.to(head_device), r.input_ids.to(head_device), self.backbone.lexical_table, r.prompt.spans)
+                for h, r in zip(hidden, records)]
+
+    @torch.inference_mode()
+    def probabilities(self, records: list[PreparedRecord]) -> list[list[torch.Tensor]]:
+        return [option_probabilities(per_question) for per_question in self.logits(records)]
