@@ -72,14 +72,29 @@ def resolve_device(device: str) -> str:
     return device
 
 
+# transformers 5 nests the thinker's parts at load; the released checkpoint names them one level up.
+_RUNTIME_TO_CHECKPOINT = (("thinker.model.language_model.", "thinker.model."),
+                          ("thinker.model.audio_tower.", "thinker.audio_tower."),
+                          ("thinker.model.visual.", "thinker.visual."))
+
+
+def checkpoint_key(runtime_key: str) -> str:
+    """The released checkpoint's name for a key as transformers reports it (so errors name what is in the files)."""
+    for runtime, released in _RUNTIME_TO_CHECKPOINT:
+        if runtime_key.startswith(runtime):
+            return released + runtime_key[len(runtime):]
+    return runtime_key
+
+
 def _check_loading_info(info: dict) -> None:
     unexpected = [k for k in info.get("unexpected_keys", ()) if not k.startswith(ALLOWED_UNEXPECTED_PREFIXES)]
     problems = []
     if info.get("missing_keys"):
-        problems.append("missing keys: " + ", ".join(sorted(info["missing_keys"])))
+        problems.append("missing keys: " + ", ".join(sorted(map(checkpoint_key, info["missing_keys"]))))
     if info.get("mismatched_keys"):
         problems.append("shape-mismatched keys: " + ", ".join(
-            f"{key} (checkpoint {tuple(ckpt)} vs model {tuple(model)})" for key, ckpt, model in info["mismatched_keys"]))
+            f"{checkpoint_key(key)} (checkpoint {tuple(ckpt)} vs model {tuple(model)})"
+            for key, ckpt, model in info["mismatched_keys"]))
     if unexpected:
         problems.append("unexpected keys: " + ", ".join(sorted(unexpected)))
     if info.get("error_msgs"):

@@ -105,7 +105,7 @@ class MicroBatcher(Generic[T, R]):
             self._stopping = True
             self._drain = drain
             if not drain:
-                self._fail_queued_locked(NotReady(f"{self.name}: stopped"))
+                self._fail_queued_locked(lambda: NotReady(f"{self.name}: stopped"))
             self._cond.notify_all()
             thread = self._thread
         if thread is None:
@@ -114,7 +114,7 @@ class MicroBatcher(Generic[T, R]):
         if thread.is_alive():
             with self._cond:
                 self._drain = False
-                self._fail_queued_locked(NotReady(f"{self.name}: stopped before this request ran"))
+                self._fail_queued_locked(lambda: NotReady(f"{self.name}: stopped before this request ran"))
                 self._cond.notify_all()
 
     @property
@@ -158,12 +158,12 @@ class MicroBatcher(Generic[T, R]):
                     return
                 self._finish_dropped(dropped)
                 if batch:
-                    self._execute(batch, expired=len(dropped))
+                    self._execute(batch, dropped=len(dropped))
         except BaseException as exc:  # a bug here must not leave futures waiting forever
             log.exception("batcher %r worker died", self.name)
             with self._cond:
                 self._accepting = False
-                self._fail_queued_locked(InferenceFailed(f"{self.name}: batcher worker died"), cause=exc)
+                self._fail_queued_locked(lambda: _chained(InferenceFailed(f"{self.name}: batcher worker died"), exc))
             raise
 
     def _next_batch(self) -> tuple[list[_Pending[T]] | None, list[_Pending[T]]]:
@@ -184,14 +184,16 @@ class MicroBatcher(Generic[T, R]):
                 return self._take_locked()
 
     def _full_locked(self) -> bool:
+        """True when waiting longer cannot grow the next batch: records or tokens reached, or the next item
+        would not fit the token budget."""
+        if len(self._queue) >= self.max_batch_records:
+            return True
         tokens = 0
         for n, p in enumerate(self._queue):
-            if n >= self.max_batch_records:
+            if n and tokens + p.cost > self.max_batch_tokens:
                 return True
             tokens += p.cost
-            if tokens >= self.max_batch_tokens:
-                return True
-        return False
+        return tokens >= self.max_batch_tokens
 
     def _take_locked(self) -> tuple[list[_Pending[T]], list[_Pending[T]]]:
         now = time.monotonic()
@@ -211,19 +213,19 @@ class MicroBatcher(Generic[T, R]):
 
     def _finish_dropped(self, dropped: list[_Pending[T]]) -> None:
         for p in dropped:
-            if p.future.set_running_or_notify_cancel():
+            if p.future.set_running_or_notify_cancel():  # False: its caller cancelled it already
                 p.future.set_exception(DeadlineExceeded(f"deadline passed after {_waited_s(p):.3f} s in the queue"))
         with self._cond:
             self._stats.expired += len(dropped)
             self._stats.failed += sum(1 for p in dropped if not p.future.cancelled())
 
-    def _execute(self, batch: list[_Pending[T]], expired: int) -> None:
+    def _execute(self, batch: list[_Pending[T]], dropped: int) -> None:
         dispatched_at = time.monotonic()
         live = [p for p in batch if p.future.set_running_or_notify_cancel()]  # False = cancelled by its caller
-        expired += len(batch) - len(live)
+        cancelled = len(batch) - len(live)
         if not live:
             with self._cond:
-                self._stats.expired += len(batch)
+                self._stats.expired += cancelled
             return
         failed_batch = False
         try:
@@ -233,7 +235,7 @@ class MicroBatcher(Generic[T, R]):
         except Exception as exc:
             failed_batch = True
             log.exception("batcher %r: batch of %d failed", self.name, len(live))
-            results = [_chained(InferenceFailed(f"{self.name}: inference failed for this batch"), exc)] * len(live)
+            results = [_chained(InferenceFailed(f"{self.name}: inference failed for this batch"), exc) for _ in live]
         except BaseException as exc:
             for p in live:
                 p.future.set_exception(_chained(InferenceFailed(f"{self.name}: interrupted"), exc))
@@ -246,31 +248,31 @@ class MicroBatcher(Generic[T, R]):
             else:
                 p.future.set_result(result)
                 ok += 1
-        self._record(live, dispatched_at, run_s, failed_batch, ok, expired)
-
-    def _record(self, live, dispatched_at: float, run_s: float, failed: bool, ok: int, expired: int) -> None:
         report = BatchReport(size=len(live), tokens=sum(p.cost for p in live),
                              queue_wait_s=tuple(dispatched_at - p.submitted_at for p in live),
-                             run_s=run_s, failed=failed, expired=expired)
+                             run_s=run_s, failed=failed_batch, expired=dropped + cancelled)
+        self._record(report, ok, cancelled)
+
+    def _record(self, report: BatchReport, ok: int, cancelled: int) -> None:
         with self._cond:
             s = self._stats
             s.batches += 1
             s.completed += ok
-            s.failed += len(live) - ok
-            s.expired += expired - 0
-            s.batch_sizes[len(live)] = s.batch_sizes.get(len(live), 0) + 1
-            self._recent_batch_s = 0.8 * self._recent_batch_s + 0.2 * run_s
+            s.failed += report.size - ok
+            s.expired += cancelled
+            s.batch_sizes[report.size] = s.batch_sizes.get(report.size, 0) + 1
+            self._recent_batch_s = 0.8 * self._recent_batch_s + 0.2 * report.run_s
         if self.on_batch is not None:
             try:
                 self.on_batch(report)
             except Exception:  # a metrics hook must never break the worker
                 log.exception("batcher %r: on_batch hook failed", self.name)
 
-    def _fail_queued_locked(self, exc: BaseException, cause: BaseException | None = None) -> None:
+    def _fail_queued_locked(self, make_exc: Callable[[], BaseException]) -> None:
         while self._queue:
             p = self._queue.popleft()
             if p.future.set_running_or_notify_cancel():
-                p.future.set_exception(_chained(exc, cause) if cause else exc)
+                p.future.set_exception(make_exc())
                 self._stats.failed += 1
 
 
