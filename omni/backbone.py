@@ -180,9 +180,11 @@ class Backbone:
             position_ids[:, row, n:] = positions.max() + 1 + torch.arange(width - n)
         return BackboneBatch(input_ids, attention_mask, position_ids, lengths, _concat_media([m for _, _, m in records]))
 
-    @torch.inference_mode()
     def hidden_states(self, batch: BackboneBatch) -> list[torch.Tensor]:
-        """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H]."""
+        """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H].
+
+        Runs under whatever grad mode the caller chose: serving wraps it in inference_mode, training does not.
+        """
         media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
                  for k, v in batch.media.items()}
         output = self.thinker.model(

@@ -1,12 +1,23 @@
-"""Media limits (all configurable; defaults = Clef-omni hosted).
+"""Media limits (all configurable; defaults = Clef-omni hosted) and the request-level checks on them.
 
-Knows nothing of the model, torch, HTTP or the filesystem. Sniffing and decoding live in the modality modules.
+`check_request` runs on sizes alone, before anything is sniffed or decoded: item counts per slot, bytes per
+item, bytes per group (images together; audio and videos together). Every refusal is a `MediaTooLarge` that
+names the first item that broke the limit (`images[4]`, `videos[1]`) and the limit with its number.
+
+Knows nothing of the model, torch, HTTP or the filesystem. Sniffing and decoding live in the modality modules
+(`sniff`, `image`, `audio`, `video`); they read the per-item pixel and duration limits from `MediaLimits`.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from preprocess.errors import MediaTooLarge
+
 MiB = 1024 * 1024
+
+# Request field names of the three media slots, in prompt order (images, then audio, then videos).
+SLOTS: tuple[str, ...] = ("images", "audio", "videos")
 
 
 @dataclass(frozen=True)
@@ -22,3 +33,62 @@ class MediaLimits:
     max_video_bytes: int = 16 * MiB
     max_video_seconds: float = 60.0
     max_audio_video_total_bytes: int = 16 * MiB
+    # --- added by preprocess (not in the Clef docs; guards against decoder bombs) ---
+    # smart_resize refuses ratios over 200; we refuse them first with a typed error.
+    max_image_aspect_ratio: float = 200.0
+    # Coded frame size of a video stream, checked on the header before any frame is decoded.
+    max_video_frame_pixels: int = 16_000_000
+    # Decoded (not kept) frames are bounded by max_video_seconds * this rate: a tiny file of skip-frames
+    # cannot make the decoder run for minutes.
+    max_video_source_fps: float = 240.0
+    # How far past a duration limit decoding may go before the item is refused (headers that lie, rounding).
+    decode_slack_seconds: float = 1.0
+
+
+def item_label(slot: str, index: int) -> str:
+    """`images`, 4 -> `images[4]`: the name every error uses for one item."""
+    return f"{slot}[{index}]"
+
+
+def _size_bytes(item: bytes | bytearray | memoryview | int) -> int:
+    return item if isinstance(item, int) else len(item)
+
+
+def _check_count(slot: str, items: Sequence, limit: int, limit_name: str) -> None:
+    if len(items) > limit:
+        raise MediaTooLarge(item_label(slot, limit), f"{len(items)} items in `{slot}` over {limit_name}={limit}")
+
+
+def _check_item_bytes(slot: str, items: Sequence, limit: int, limit_name: str) -> None:
+    for index, item in enumerate(items):
+        size = _size_bytes(item)
+        if size > limit:
+            raise MediaTooLarge(item_label(slot, index), f"{size} bytes over {limit_name}={limit}")
+
+
+def _check_total_bytes(groups: Sequence[tuple[str, Sequence]], limit: int, limit_name: str) -> None:
+    total = 0
+    for slot, items in groups:
+        for index, item in enumerate(items):
+            total += _size_bytes(item)
+            if total > limit:
+                what = " + ".join(name for name, _ in groups)
+                raise MediaTooLarge(item_label(slot, index),
+                                    f"{what} reach {total} bytes together, over {limit_name}={limit}")
+
+
+def check_request(images: Sequence = (), audio: Sequence = (), videos: Sequence = (),
+                  limits: MediaLimits = MediaLimits()) -> None:
+    """Refuse a request's media on counts and sizes alone; items are bytes-like or their sizes in bytes.
+
+    Order: counts, then bytes per item, then group totals; raises `MediaTooLarge` naming the first offender.
+    """
+    _check_count("images", images, limits.max_images, "max_images")
+    _check_count("audio", audio, limits.max_audio_clips, "max_audio_clips")
+    _check_count("videos", videos, limits.max_videos, "max_videos")
+    _check_item_bytes("images", images, limits.max_image_bytes, "max_image_bytes")
+    _check_item_bytes("audio", audio, limits.max_audio_bytes, "max_audio_bytes")
+    _check_item_bytes("videos", videos, limits.max_video_bytes, "max_video_bytes")
+    _check_total_bytes([("images", images)], limits.max_images_total_bytes, "max_images_total_bytes")
+    _check_total_bytes([("audio", audio), ("videos", videos)], limits.max_audio_video_total_bytes,
+                       "max_audio_video_total_bytes")
