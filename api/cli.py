@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from omni.config import EngineConfig
-from omni.defaults import TINY_DEFAULT_NOTICE
 from omni.errors import InvalidRequest, MediaError, OmniError
 
 MEDIA_FLAGS = (("image", "images", "image"), ("audio", "audio", "audio"), ("video", "videos", "video"))
@@ -44,15 +43,16 @@ def _read_request(source: str) -> dict:
         raise InvalidRequest.one((), f"request is not valid JSON: {exc}", "json_invalid") from exc
 
 
-def _media_refs(args: argparse.Namespace):
-    """Files named on the command line → MediaRefs, after any sent inside the JSON (labels continue its index)."""
+def cli_media(args: argparse.Namespace, body) -> list:
+    """Files named by --image/--audio/--video → MediaRefs; labels continue the index of the JSON's own items."""
     from omni.types import MediaRef
 
     refs = []
     for flag, field, kind in MEDIA_FLAGS:
-        for path in getattr(args, flag) or []:
-            refs.append((field, kind, Path(path).read_bytes()))
-    return [(field, kind, data) for field, kind, data in refs], MediaRef
+        already = len(body.get(field) or []) if isinstance(body, dict) else 0
+        for offset, path in enumerate(getattr(args, flag) or []):
+            refs.append(MediaRef(kind, Path(path).read_bytes(), f"{field}[{already + offset}]"))
+    return refs
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
@@ -61,15 +61,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
 
     config = engine_config_from_args(args)
     body = _read_request(args.request)
-    files, media_ref = _media_refs(args)
-    counts = {field: len(body.get(field) or []) if isinstance(body, dict) else 0 for _, field, _ in MEDIA_FLAGS}
-    extra = []
-    for field, kind, data in files:
-        extra.append(media_ref(kind, data, f"{field}[{counts[field]}]"))
-        counts[field] += 1
-    request = parse_request(body, config, extra)
-    if config.model_path is None:
-        print(TINY_DEFAULT_NOTICE, file=sys.stderr)
+    request = parse_request(body, config, cli_media(args, body))
     engine = DecisionEngine(config)
     decision = engine.decide(request)
     print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=None if args.compact else 2))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 TINY_DEFAULT_NAME = "tiny-default-v1"
 TINY_DEFAULT_SEED = 0
-TINY_DEFAULT_NOTICE = ("omni: no --model given — using the embedded tiny random checkpoint; its answers are random. "
+TINY_DEFAULT_NOTICE = ("no model given — using the embedded tiny random checkpoint; its answers are random. "
                        "Real answers need real weights: --model Cloudflare/clef-omni (or a local directory).")
 
 
