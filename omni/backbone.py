@@ -146,8 +146,11 @@ class Backbone:
         return cls(thinker, lexical_table, device, torch_dtype)
 
     @property
-    def text_config(self):
-        return self.thinker.config.text_config
+    def media_timing(self) -> dict:
+        """The thinker's audio/video timing constants the media encoder must agree with (notes §1.3)."""
+        config = self.thinker.config
+        return {"position_id_per_seconds": float(config.position_id_per_seconds),
+                "n_window": int(config.audio_config.n_window)}
 
     def position_ids(self, input_ids: torch.Tensor, media: dict[str, torch.Tensor], use_audio_in_video: bool) -> torch.Tensor:
         """Explicit 3-D M-RoPE ids [3, 1, T] for one record, via the thinker's own get_rope_index.

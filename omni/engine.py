@@ -119,7 +119,8 @@ class DecisionEngine:
             raise NotReady("the model is not loaded")
         self.check_model(request.model)
         started = time.perf_counter()
-        media = encode_request_media(request.media, self.model.parts, self.config.media)
+        media = encode_request_media(request.media, self.model.parts, self.config.media,
+                                     **self.model.backbone.media_timing)
         decode_ms = (time.perf_counter() - started) * 1e3
         record = self.model.prepare(request, media)
         record.timings_ms["decode"] = decode_ms

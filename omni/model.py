@@ -75,7 +75,8 @@ class ClefModel:
         prompt = self.prompt_encoder.encode(request, media.ids)
         input_ids = torch.tensor(prompt.input_ids, dtype=torch.long)
         positions = self.backbone.position_ids(input_ids, media.tensors, media.use_audio_in_video)
-        text_tokens = len(prompt.input_ids) - len(media.ids)
+        # "text" = every token that is not a media pad (block markers and newlines count as text)
+        text_tokens = len(prompt.input_ids) - sum(media.tokens_by_modality.values())
         tokens = {"text": text_tokens, **media.tokens_by_modality}
         return PreparedRecord(request, prompt, input_ids, positions, media.tensors, tokens,
                               {"encode": (time.perf_counter() - started) * 1e3})

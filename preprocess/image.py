@@ -1,0 +1,113 @@
+"""Image bytes -> one upright RGB uint8 array at the source resolution, with the limits checked before decoding.
+
+Steps: sniff (PNG, JPEG, WebP, GIF first frame, BMP) -> open with PIL restricted to that one format -> check the
+header's pixel count and aspect ratio -> decode -> apply the EXIF orientation -> convert to RGB: CMYK, palette,
+grayscale, 16-bit and alpha modes all end as RGB; alpha is composited on white (as qwen-omni-utils does;
+the Clef reference's plain `convert("RGB")` would drop alpha and show whatever colour hides under it).
+16-bit samples are scaled to 8 bits (PIL's `convert("RGB")` would clip them to white).
+
+Decompression bombs: our own `max_image_pixels` is checked on the header size before `load()`. We never change
+`PIL.Image.MAX_IMAGE_PIXELS` (a process-wide global, racy between request threads); PIL's own bomb guard
+stays as a backstop and is reported as `MediaTooLarge` too.
+
+Resizing to the model's size is NOT done here: `preprocess.processor` hands these arrays to the checkpoint's
+image processor. Knows nothing of the model, torch, HTTP or the filesystem.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from preprocess.errors import CorruptMedia, MediaTooLarge, UnsupportedMedia
+from preprocess.media import MediaLimits
+from preprocess.sniff import sniff_for_slot
+
+_PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF", "bmp": "BMP"}
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError, ZeroDivisionError)
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    pixels: np.ndarray  # (H, W, 3) uint8 RGB, upright
+    container: str  # "png", "jpeg", ...
+
+    @property
+    def height(self) -> int:
+        return int(self.pixels.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.pixels.shape[1])
+
+
+def _open(data: bytes, container: str, label: str, limits: MediaLimits) -> Image.Image:
+    try:
+        # No warnings.catch_warnings() here: it swaps process-wide state too. PIL may warn for 1x-2x its own
+        # limit (ours is lower and refuses right after); a warning escalated to an error is caught below.
+        return Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[container]])
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise MediaTooLarge(label, f"header claims a decompression bomb ({exc}), over max_image_pixels="
+                                   f"{limits.max_image_pixels}") from None
+    except _DECODE_ERRORS as exc:
+        raise CorruptMedia(label, f"unreadable {container} header ({type(exc).__name__}: {exc})") from None
+
+
+def _check_header(image: Image.Image, label: str, limits: MediaLimits) -> None:
+    width, height = image.size
+    if width < 1 or height < 1:
+        raise CorruptMedia(label, f"image header claims {width}x{height} pixels")
+    if width * height > limits.max_image_pixels:
+        raise MediaTooLarge(label, f"{width}x{height} = {width * height} pixels over "
+                                   f"max_image_pixels={limits.max_image_pixels}")
+    ratio = max(width, height) / min(width, height)
+    if ratio > limits.max_image_aspect_ratio:
+        raise UnsupportedMedia(label, f"aspect ratio {ratio:.0f}:1 over max_image_aspect_ratio="
+                                      f"{limits.max_image_aspect_ratio:g}")
+
+
+def _upright(image: Image.Image) -> Image.Image:
+    try:
+        return ImageOps.exif_transpose(image)
+    except _DECODE_ERRORS:
+        return image  # unreadable EXIF: the pixels are fine, keep the stored orientation
+
+
+def _scale_16bit(image: Image.Image) -> Image.Image:
+    values = np.asarray(image, dtype=np.float64)
+    return Image.fromarray(np.clip(np.round(values / 257.0), 0, 255).astype(np.uint8), mode="L")
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any PIL mode -> RGB; alpha (explicit or palette transparency) composited on white."""
+    if image.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        image = _scale_16bit(image)
+    elif image.mode == "F":
+        image = Image.fromarray(np.clip(np.asarray(image), 0, 255).astype(np.uint8), mode="L")
+    if image.mode == "P" and "transparency" in image.info or image.mode in ("PA", "LA", "La", "RGBa"):
+        image = image.convert("RGBA")
+    if image.mode == "RGBA":
+        background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, image).convert("RGB")
+    return image.convert("RGB")
+
+
+def decode_image(data: bytes, label: str, limits: MediaLimits = MediaLimits()) -> DecodedImage:
+    """Image bytes -> upright RGB uint8 pixels; typed `MediaError` (naming `label`) on any bad input."""
+    container = sniff_for_slot(data, "images", label).container
+    image = _open(data, container, label, limits)
+    with image:
+        _check_header(image, label, limits)
+        try:
+            image.seek(0)  # GIF / animated WebP: the first frame only
+            image.load()
+            rgb = to_rgb(_upright(image))
+            pixels = np.asarray(rgb, dtype=np.uint8)
+        except Image.DecompressionBombError:
+            raise MediaTooLarge(label, f"decompression bomb, over max_image_pixels={limits.max_image_pixels}"
+                                ) from None
+        except _DECODE_ERRORS as exc:
+            raise CorruptMedia(label, f"cannot decode {container} ({type(exc).__name__}: {exc})") from None
+    return DecodedImage(pixels=np.ascontiguousarray(pixels), container=container)

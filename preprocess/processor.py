@@ -1,0 +1,167 @@
+"""Decoded media -> the thinker's media kwargs + the placeholder ids of the media segment (after "STATE:\\n").
+
+The only module that calls the checkpoint's processor classes (passed in; nothing is loaded here):
+
+* images: the checkpoint's `Qwen2VLImageProcessorPil` with the reference size `IMAGE_SIZE` (smart resize to
+  multiples of 32 within [65,536, 1,048,576] px, bicubic, normalise, patchify): `pixel_values`, `image_grid_thw`.
+* audio: ONE `WhisperFeatureExtractor` call over all clips (standalone clips first, then the soundtracks of heard
+  videos), `padding=True, truncation=False, return_attention_mask=True` as the reference:
+  `input_features` (N, 128, T), `feature_attention_mask` (N, T). Token counts come from the mask.
+* videos: no torchvision here, so frames (already at their final size, see `preprocess.video`) are patchified in
+  numpy in the HF layout (rows: t, h/m, w/m, m, m; columns: C, temporal, patch, patch) on uint8, then normalised
+  with the image processor's rescale/mean/std in torch: `pixel_values_videos`, `video_grid_thw`, and
+  `video_second_per_grid` = temporal_patch_size / fps = 1.0 (frames really are 2 per second; the reference passes
+  fps=2.0; the cookbook chain's 2.0 would stamp video at half the speed of its audio).
+
+Position ids are not made here (the backbone calls the thinker's `get_rope_index`).
+Knows nothing of prompts, questions, HTTP or decoding; does not import `omni`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from preprocess import align
+from preprocess.audio import SAMPLE_RATE_HZ, DecodedAudio
+from preprocess.image import DecodedImage
+from preprocess.video import DecodedVideo
+
+IMAGE_SIZE = {"shortest_edge": 65_536, "longest_edge": 1_048_576}  # reference (JSM IMAGE_SIZE), in pixels
+VIDEO_FPS = 2.0
+
+
+@dataclass(frozen=True)
+class EncodedMedia:
+    ids: list[int]  # the media segment: images, audio, videos; every block ends with the ids of "\n"
+    tensors: dict[str, torch.Tensor]  # thinker forward kwargs, only those of the modalities present
+    use_audio_in_video: bool
+    tokens_by_modality: dict[str, int]  # image / audio / video / video_audio pad counts
+    tokens_per_item: dict[str, list[int]] = field(default_factory=dict)  # same keys, one count per item
+
+
+def _pixels(image: DecodedImage | np.ndarray) -> np.ndarray:
+    return image.pixels if isinstance(image, DecodedImage) else np.asarray(image, dtype=np.uint8)
+
+
+def _samples(clip: DecodedAudio | np.ndarray) -> np.ndarray:
+    return clip.samples if isinstance(clip, DecodedAudio) else np.asarray(clip, dtype=np.float32)
+
+
+def encode_images(images: Sequence[DecodedImage | np.ndarray], image_processor) -> tuple[dict, list[int]]:
+    """RGB (H, W, 3) uint8 images -> {pixel_values (P, C*tp*ps*ps) float32, image_grid_thw (N, 3)}, tokens."""
+    if not images:
+        return {}, []
+    out = image_processor(images=[_pixels(image) for image in images], size=IMAGE_SIZE, return_tensors="pt",
+                          input_data_format="channels_last")
+    grids = out["image_grid_thw"]
+    merge = image_processor.merge_size
+    tokens = [align.video_tokens_for_grid(grid.tolist(), merge) for grid in grids]
+    return {"pixel_values": out["pixel_values"], "image_grid_thw": grids}, tokens
+
+
+def encode_audio(clips: Sequence[np.ndarray], feature_extractor, n_window: int = 50) -> tuple[dict, list[int]]:
+    """16 kHz mono float32 clips -> {input_features (N, mel, T), feature_attention_mask (N, T)}, tokens."""
+    if not clips:
+        return {}, []
+    out = feature_extractor(list(clips), sampling_rate=SAMPLE_RATE_HZ, padding=True, truncation=False,
+                            return_attention_mask=True, return_tensors="pt")
+    mask = out["attention_mask"]
+    tokens = [align.audio_tokens_for_mel_frames(int(n), n_window) for n in mask.sum(-1).tolist()]
+    return {"input_features": out["input_features"], "feature_attention_mask": mask}, tokens
+
+
+def patchify_frames(frames: np.ndarray, patch_size: int = 16, temporal_patch_size: int = 2,
+                    merge_size: int = 2) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """(T, H, W, C) uint8 frames -> (grid_t*grid_h*grid_w, C*tp*ps*ps) uint8 patches in the HF row/column order.
+
+    T is padded to a multiple of tp with the last frame; H and W must be multiples of ps*merge.
+    """
+    x = np.asarray(frames)
+    if pad := -len(x) % temporal_patch_size:
+        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)])
+    t, h, w, c = x.shape
+    unit = patch_size * merge_size
+    if h % unit or w % unit:
+        raise ValueError(f"frame size {h}x{w} is not a multiple of patch_size*merge_size={unit}")
+    grid_t, grid_h, grid_w = t // temporal_patch_size, h // patch_size, w // patch_size
+    x = x.reshape(grid_t, temporal_patch_size, grid_h // merge_size, merge_size, patch_size,
+                  grid_w // merge_size, merge_size, patch_size, c)
+    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)  # t, h/m, w/m, m_h, m_w, C, tp, ps_h, ps_w
+    rows = grid_t * grid_h * grid_w
+    return np.ascontiguousarray(x).reshape(rows, c * temporal_patch_size * patch_size * patch_size), (
+        grid_t, grid_h, grid_w)
+
+
+def normalize_patches(patches_u8: np.ndarray, image_processor) -> torch.Tensor:
+    """uint8 patches (rows, C*tp*ps*ps) -> float32 (x * rescale - mean[c]) / std[c], like the HF processors."""
+    channels = len(image_processor.image_mean)
+    x = torch.from_numpy(patches_u8).to(torch.float32)
+    view = x.view(x.shape[0], channels, -1)
+    mean = torch.tensor(image_processor.image_mean, dtype=torch.float32).view(1, channels, 1)
+    std = torch.tensor(image_processor.image_std, dtype=torch.float32).view(1, channels, 1)
+    view.mul_(float(image_processor.rescale_factor)).sub_(mean).div_(std)
+    return x
+
+
+def encode_videos(videos: Sequence[DecodedVideo], image_processor) -> tuple[dict, list[tuple[int, int, int]]]:
+    """Decoded videos -> {pixel_values_videos, video_grid_thw, video_second_per_grid}, grids."""
+    if not videos:
+        return {}, []
+    patch, temporal, merge = image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size
+    patches, grids = [], []
+    for video in videos:
+        u8, grid = patchify_frames(video.frames, patch, temporal, merge)
+        patches.append(u8)
+        grids.append(grid)
+    pixel_values = normalize_patches(np.concatenate(patches) if len(patches) > 1 else patches[0], image_processor)
+    second_per_grid = [temporal / video.fps for video in videos]
+    return {"pixel_values_videos": pixel_values,
+            "video_grid_thw": torch.tensor(grids, dtype=torch.int64),
+            "video_second_per_grid": torch.tensor(second_per_grid, dtype=torch.float32)}, grids
+
+
+def _video_ids(grids, seconds_per_grid, soundtrack_tokens, heard, ids, merge, position_id_per_seconds):
+    blocks, video_tokens = [], []
+    for index, grid in enumerate(grids):
+        video_tokens.append(align.video_tokens_for_grid(grid, merge))
+        if heard:
+            blocks += align.video_audio_block(grid, soundtrack_tokens[index], ids, merge_size=merge,
+                                              second_per_grid=seconds_per_grid[index],
+                                              position_id_per_seconds=position_id_per_seconds)
+        else:
+            blocks += align.video_block(video_tokens[-1], ids)
+    return blocks, video_tokens
+
+
+def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
+                 audio_clips: Sequence[DecodedAudio | np.ndarray] = (),
+                 videos: Sequence[DecodedVideo] = (), *, image_processor, feature_extractor,
+                 token_ids: align.PlaceholderIds, position_id_per_seconds: float = 13.0,
+                 n_window: int = 50) -> EncodedMedia:
+    """Decoded media of one request -> EncodedMedia (ids of the media segment, thinker kwargs, token counts).
+
+    `position_id_per_seconds` and `n_window` must be the thinker config's values (13 and 50 for Qwen3-Omni).
+    """
+    heard = align.hear_videos([video.soundtrack for video in videos])
+    clips = [_samples(clip) for clip in audio_clips]
+    tracks = [video.soundtrack for video in videos] if heard else []
+    image_tensors, image_tokens = encode_images(images, image_processor)
+    audio_tensors, all_audio_tokens = encode_audio(clips + tracks, feature_extractor, n_window)
+    video_tensors, grids = encode_videos(videos, image_processor)
+    audio_tokens, track_tokens = all_audio_tokens[:len(clips)], all_audio_tokens[len(clips):]
+    ids: list[int] = []
+    for count in image_tokens:
+        ids += align.image_block(count, token_ids)
+    for count in audio_tokens:
+        ids += align.audio_block(count, token_ids)
+    seconds_per_grid = video_tensors["video_second_per_grid"].tolist() if videos else []
+    video_ids, video_tokens = _video_ids(grids, seconds_per_grid, track_tokens, heard, token_ids,
+                                         image_processor.merge_size, position_id_per_seconds)
+    ids += video_ids
+    per_item = {"image": image_tokens, "audio": audio_tokens, "video": video_tokens, "video_audio": track_tokens}
+    return EncodedMedia(ids=ids, tensors={**image_tensors, **audio_tensors, **video_tensors}, use_audio_in_video=heard,
+                        tokens_by_modality={key: sum(value) for key, value in per_item.items()},
+                        tokens_per_item=per_item)
