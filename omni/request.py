@@ -32,6 +32,14 @@ class _Collector:
     def add(self, loc, msg: str, type_: str = "value_error") -> None:
         self.issues.append(Issue(tuple(loc), msg, type_))
 
+    def count(self, loc, n: int, minimum: int, maximum: int, container: str) -> None:
+        """Pydantic-style too_short / too_long messages for a map ("Dictionary") or a list ("List")."""
+        for bound, word, kind, broken in ((minimum, "least", "too_short", n < minimum),
+                                          (maximum, "most", "too_long", n > maximum)):
+            if broken:
+                noun = "item" if bound == 1 else "items"
+                self.add(loc, f"{container} should have at {word} {bound} {noun} after validation, not {n}", kind)
+
 
 def _noul_options(criteria: Any, loc, issues: _Collector) -> tuple[Option, ...]:
     descriptions = {"true": NOUL_DEFAULT_TRUE, "false": NOUL_DEFAULT_FALSE}
@@ -54,12 +62,7 @@ def _choice_options(criteria: Any, loc, config: EngineConfig, issues: _Collector
     if not isinstance(criteria, dict):
         issues.add(loc, "choice criteria must be an object: option id → description (or null)", "dict_type")
         return ()
-    n = len(criteria)
-    if n < 2:
-        issues.add(loc, f"Dictionary should have at least 2 items after validation, not {n}", "too_short")
-    if n > config.max_choice_options:
-        issues.add(loc, f"Dictionary should have at most {config.max_choice_options} items after validation, not {n}",
-                   "too_long")
+    issues.count(loc, len(criteria), 2, config.max_choice_options, "Dictionary")
     for key, value in criteria.items():
         if key == "":
             issues.add(loc, "option ids must be non-empty strings", "string_too_short")
@@ -76,12 +79,7 @@ def _score_options(criteria: Any, loc, config: EngineConfig, issues: _Collector)
         issues.add(loc, "score criteria must be a list of levels, lowest first (the map form is not accepted)",
                    "list_type")
         return ()
-    n = len(criteria)
-    if n < 2:
-        issues.add(loc, f"List should have at least 2 items after validation, not {n}", "too_short")
-    if n > config.max_score_levels:
-        issues.add(loc, f"List should have at most {config.max_score_levels} items after validation, not {n}",
-                   "too_long")
+    issues.count(loc, len(criteria), 2, config.max_score_levels, "List")
     for i, level in enumerate(criteria):
         if not _is_entry(level):
             issues.add(loc + (i,), "each level must be a string, object or array", "entry_type")
@@ -122,12 +120,7 @@ def _questions(raw: Any, config: EngineConfig, issues: _Collector) -> tuple[Ques
     if not isinstance(raw, dict):
         issues.add(("questions",), "questions must be an object: question id → question", "dict_type")
         return ()
-    n = len(raw)
-    if n < 1:
-        issues.add(("questions",), "Dictionary should have at least 1 item after validation, not 0", "too_short")
-    if n > config.max_questions:
-        issues.add(("questions",), f"Dictionary should have at most {config.max_questions} items after validation, "
-                   f"not {n}", "too_long")
+    issues.count(("questions",), len(raw), 1, config.max_questions, "Dictionary")
     questions = []
     for qid, body in raw.items():
         if qid == "":
