@@ -55,7 +55,6 @@ class DecisionEngine:
                                     attn_implementation=cfg.attn_implementation,
                                     max_context_tokens=cfg.max_context_tokens)
         self._run([self.model.prepare(WARMUP_REQUEST)])
-        self._ready = True
         return self
 
     def start(self) -> "DecisionEngine":
@@ -71,6 +70,7 @@ class DecisionEngine:
                                          max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
                                          max_queue=cfg.max_queue, name="omni-model")
             self._batcher.start()
+        self._ready = True       # only now can `submit` take work
         return self
 
     def stop(self, drain: bool = True, timeout_s: float | None = None) -> None:
@@ -83,6 +83,7 @@ class DecisionEngine:
 
     @property
     def ready(self) -> bool:
+        """True once `start()` finished: loaded, warmed up and the serving path running."""
         return self._ready
 
     @property
@@ -182,6 +183,8 @@ class DecisionEngine:
             self._in_flight -= 1
 
     def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float, outcome: Future) -> None:
+        if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
+            return
         try:
             record = self.prepare(request)
             if time.monotonic() > deadline:

@@ -1,0 +1,250 @@
+"""load: a bounded loopback load against `omni serve` (tiny model), micro-batching on vs off, and HTTP overhead.
+
+Two `omni serve` processes run side by side in this run, on free 127.0.0.1 ports, with the same model: batching
+ON (the shipped defaults: up to 8 records / 16k tokens, 5 ms max wait) and OFF (`--no-batching`). Both get the
+same request list (default 400 requests, 16 in flight, a mix of text / image / audio System One requests in Clef
+JSON form) after a warm-up, in rounds that alternate ON and OFF so load from other processes on a shared machine
+hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios on/off.
+Then HTTP overhead for small requests: sequential small text requests to the OFF server, interleaved one by one
+with in-process `DecisionEngine.decide` on the same checkpoint (median latency ratio).
+
+Last, the micro-batcher alone (no HTTP, no model): a simulated launch-bound device whose batch costs
+`--sim-batch-ms` + `--sim-record-ms` per record (GPU-like: a batch of 8 costs little more than 1), same
+load shape, batching on vs off — what the batching machinery buys where the forward is not compute-bound.
+
+Prints JSON lines, then a summary. Not a test: nothing is asserted, figures depend on the machine.
+What it must not know: engine internals (it talks HTTP and the public `decide`), the answers' meaning (random model).
+
+    .venv/bin/python benchmarks/load.py [--requests 400] [--concurrency 16] [--mix text,image,audio]
+                                        [--model DIR|HUB_ID] [--overhead-requests 200] [--round-requests 100]
+                                        [--sim-batch-ms 8] [--sim-record-ms 0.5]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+OMNI = "import sys; from api.cli import main; sys.exit(main())"  # what the `omni` console script runs
+QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
+             "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
+             "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
+MODES = {"batching_on": [], "batching_off": ["--no-batching"]}
+
+
+def request_bodies(mix: list[str], n: int) -> list[dict]:
+    from fixtures.media import image_bytes, wav_bytes
+
+    def url(mime: str, data: bytes) -> str:
+        return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+    media = {"text": {}, "image": {"images": [url("image/jpeg", image_bytes("JPEG"))]},
+             "audio": {"audio": [url("audio/wav", wav_bytes(1.0))]}}
+    return [{"model": "clef-omni", "state": f"Ticket {i}: the unit rattles since the last service visit.",
+             "questions": QUESTIONS, **media[mix[i % len(mix)]]} for i in range(n)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-c", OMNI, "serve", "--port", str(port), "--log-level", "warning",
+                             *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"omni serve exited ({proc.returncode}); see {log_path}")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"omni serve not ready; see {log_path}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[list[float], Counter, float]:
+    """Send every body with at most `concurrency` in flight -> (latencies, status counts, wall seconds)."""
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    queue: asyncio.Queue = asyncio.Queue()
+    for body in bodies:
+        queue.put_nowait(json.dumps(body).encode())
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        async def worker():
+            while not queue.empty():
+                payload = queue.get_nowait()
+                t0 = time.perf_counter()
+                r = await client.post("/v1/systemone", content=payload, headers={"Content-Type": "application/json"})
+                latencies.append(time.perf_counter() - t0)
+                statuses[r.status_code] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return latencies, statuses, time.perf_counter() - started
+
+
+def summarize(latencies: list[float], statuses: Counter, wall_s: float, concurrency: int) -> dict:
+    return {"requests": len(latencies), "concurrency": concurrency, "wall_s": round(wall_s, 3),
+            "throughput_rps": round(len(latencies) / wall_s, 2), "p50_ms": round(quantile(latencies, 0.5) * 1e3, 2),
+            "p99_ms": round(quantile(latencies, 0.99) * 1e3, 2), "statuses": dict(statuses)}
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def overhead(url: str, model: str | None, body: dict, n: int) -> dict:
+    """Median latency of one small request over HTTP (batching off) vs in-process decide, interleaved 1:1."""
+    from omni.config import EngineConfig
+    from omni.engine import DecisionEngine
+    from omni.request import parse_request
+
+    engine = DecisionEngine(EngineConfig(model_path=model)).load()
+    payload = json.dumps(body).encode()
+    http, local = [], []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for i in range(n + 5):  # the first rounds warm caches on both sides
+            t0 = time.perf_counter()
+            r = client.post("/v1/systemone", content=payload, headers={"Content-Type": "application/json"})
+            t1 = time.perf_counter()
+            engine.decide(parse_request(body, engine.config))
+            t2 = time.perf_counter()
+            if r.status_code != 200:
+                raise SystemExit(f"overhead request failed: {r.status_code} {r.text}")
+            if i >= 5:
+                http.append(t1 - t0)
+                local.append(t2 - t1)
+    out = {"requests": n, "http_p50_ms": round(statistics.median(http) * 1e3, 2),
+           "in_process_p50_ms": round(statistics.median(local) * 1e3, 2)}
+    out["ratio"] = round(out["http_p50_ms"] / out["in_process_p50_ms"], 2)
+    out["added_ms_p50"] = round(statistics.median(h - loc for h, loc in zip(http, local)) * 1e3, 2)
+    return out
+
+
+def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_ms: float) -> dict:
+    """MicroBatcher throughput with a sleep() 'device': `concurrency` submitters, each waiting for its answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni.batcher import MicroBatcher
+
+    def device(items: list) -> list:
+        time.sleep((batch_ms + record_ms * len(items)) / 1000)
+        return items
+
+    out = {}
+    for mode, records in (("batching_on", 8), ("batching_off", 1)):
+        batcher = MicroBatcher(device, lambda item: 1, max_batch_records=records, max_batch_tokens=10**6,
+                               max_wait_ms=5, max_queue=requests)
+        batcher.start()
+        latencies: list[float] = []
+
+        def client(n: int) -> None:
+            for i in range(n):
+                t0 = time.perf_counter()
+                batcher.submit(i).result()
+                latencies.append(time.perf_counter() - t0)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(client, [requests // concurrency] * concurrency))
+        wall = time.perf_counter() - started
+        batcher.stop()
+        out[mode] = {"throughput_rps": round(len(latencies) / wall, 1), "p50_ms": round(quantile(latencies, .5) * 1e3, 2),
+                     "p99_ms": round(quantile(latencies, .99) * 1e3, 2)}
+    out["throughput_ratio_on_off"] = round(out["batching_on"]["throughput_rps"] / out["batching_off"]["throughput_rps"], 2)
+    return {"device_ms": f"{batch_ms} + {record_ms} per record", **out}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="loopback load against omni serve: batching on/off, HTTP overhead")
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--mix", default="text,image,audio", help="request kinds, cycled: text, image, audio")
+    parser.add_argument("--model", default=None, help="default: the embedded tiny checkpoint")
+    parser.add_argument("--overhead-requests", type=int, default=200)
+    parser.add_argument("--round-requests", type=int, default=100, help="requests per alternating on/off round")
+    parser.add_argument("--sim-batch-ms", type=float, default=8.0)
+    parser.add_argument("--sim-record-ms", type=float, default=0.5)
+    args = parser.parse_args()
+    mix = [m.strip() for m in args.mix.split(",") if m.strip()]
+    bodies = request_bodies(mix, args.requests)
+    small = {"state": "Short ticket.", "questions": {"ok": {"type": "noul", "instructions": "Fine?"}}}
+    model_args = ["--model", args.model] if args.model else []
+    env = {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
+           "mix": mix, "model": args.model or "tiny default", "loadavg_1m": round(os.getloadavg()[0], 2)}
+    print(json.dumps({"env": env}))
+    logs = Path(tempfile.mkdtemp(prefix="omni-load-"))
+    servers = {mode: start_server(model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()}
+    data = {mode: ([], Counter(), 0.0) for mode in MODES}
+    try:
+        for _, url in servers.values():
+            asyncio.run(run_load(url, bodies[: 2 * args.concurrency], args.concurrency))  # warm-up, not counted
+        step = max(args.concurrency, args.round_requests)
+        for n, start in enumerate(range(0, len(bodies), step)):
+            order = list(MODES) if n % 2 == 0 else list(reversed(MODES))
+            for mode in order:
+                latencies, statuses, wall = asyncio.run(run_load(servers[mode][1], bodies[start:start + step],
+                                                                 args.concurrency))
+                total = data[mode]
+                data[mode] = (total[0] + latencies, total[1] + statuses, total[2] + wall)
+        over = overhead(servers["batching_off"][1], args.model, small, args.overhead_requests)
+    finally:
+        for proc, _ in servers.values():
+            stop_server(proc)
+    results = {mode: summarize(*data[mode], args.concurrency) for mode in MODES}
+    for mode, result in results.items():
+        print(json.dumps({"mode": mode, **result}))
+    print(json.dumps({"overhead_small_requests": over}))
+    simulated = simulated_batcher(args.requests, args.concurrency, args.sim_batch_ms, args.sim_record_ms)
+    print(json.dumps({"batcher_simulated_device": simulated}))
+    on, off = results["batching_on"], results["batching_off"]
+    summary = {"throughput_ratio_on_off": round(on["throughput_rps"] / off["throughput_rps"], 2),
+               "p50_ratio_on_off": round(on["p50_ms"] / off["p50_ms"], 2),
+               "p99_ratio_on_off": round(on["p99_ms"] / off["p99_ms"], 2),
+               "http_overhead_ratio": over["ratio"],
+               "batcher_only_throughput_ratio_on_off": simulated["throughput_ratio_on_off"], "loadavg_1m_after": round(os.getloadavg()[0], 2)}
+    print(json.dumps({"summary": summary}))
+    errors = {m: {s: c for s, c in r["statuses"].items() if s != 200} for m, r in results.items()}
+    if any(errors.values()):
+        print(json.dumps({"non_200": errors, "server_logs": str(logs)}))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
