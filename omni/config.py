@@ -20,6 +20,7 @@ class EngineConfig:
     device: str = "auto"                    # auto: cuda if available else cpu
     head_dtype: str = "float32"             # the head runs in float32 by default (the reference uses bf16)
     attn_implementation: str = "sdpa"
+    torch_threads: int = 0                  # intra-op CPU threads for torch; 0 = torch's default (process-wide)
     max_context_tokens: int = 64_000
     max_questions: int = 64
     max_question_id_chars: int = 256

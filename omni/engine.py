@@ -13,6 +13,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
 from omni.answers import build_answers
 from omni.backbone import resolve_checkpoint_dir
 from omni.config import EngineConfig
@@ -46,6 +48,8 @@ class DecisionEngine:
         if self.model is not None:
             return self
         cfg = self.config
+        if cfg.torch_threads > 0:     # CPU serving beside other processes: oversubscribed threads spin and stall
+            torch.set_num_threads(cfg.torch_threads)
         if self.is_tiny_default:
             log.warning(TINY_DEFAULT_NOTICE)
             self.checkpoint_dir = ensure_tiny_default(cfg.cache_dir)
