@@ -128,13 +128,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def overhead(url: str, model: str | None, body: dict, n: int) -> dict:
+def overhead(url: str, model: str | None, body: dict, n: int, torch_threads: int = 1) -> dict:
     """Median latency of one small request over HTTP (batching off) vs in-process decide, interleaved 1:1."""
     from omni.config import EngineConfig
     from omni.engine import DecisionEngine
     from omni.request import parse_request
 
-    engine = DecisionEngine(EngineConfig(model_path=model)).load()
+    engine = DecisionEngine(EngineConfig(model_path=model, torch_threads=torch_threads)).load()
     payload = json.dumps(body).encode()
     http, local = [], []
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -200,6 +200,8 @@ def main() -> int:
     parser.add_argument("--round-requests", type=int, default=100, help="requests per alternating on/off round")
     parser.add_argument("--sim-batch-ms", type=float, default=8.0)
     parser.add_argument("--sim-record-ms", type=float, default=0.5)
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch intra-op threads per server (two servers + the client share this machine)")
     args = parser.parse_args()
     mix = [m.strip() for m in args.mix.split(",") if m.strip()]
     bodies = request_bodies(mix, args.requests)
@@ -209,6 +211,7 @@ def main() -> int:
            "mix": mix, "model": args.model or "tiny default", "loadavg_1m": round(os.getloadavg()[0], 2)}
     print(json.dumps({"env": env}))
     logs = Path(tempfile.mkdtemp(prefix="omni-load-"))
+    model_args = model_args + ["--torch-threads", str(args.torch_threads)]
     servers = {mode: start_server(model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()}
     data = {mode: ([], Counter(), 0.0) for mode in MODES}
     try:
@@ -222,7 +225,7 @@ def main() -> int:
                                                                  args.concurrency))
                 total = data[mode]
                 data[mode] = (total[0] + latencies, total[1] + statuses, total[2] + wall)
-        over = overhead(servers["batching_off"][1], args.model, small, args.overhead_requests)
+        over = overhead(servers["batching_off"][1], args.model, small, args.overhead_requests, args.torch_threads)
     finally:
         for proc, _ in servers.values():
             stop_server(proc)
