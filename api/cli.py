@@ -19,7 +19,7 @@ MEDIA_FLAGS = (("image", "images", "image"), ("audio", "audio", "audio"), ("vide
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny random model)")
+    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny demo model)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--confidence", default=None, choices=["clef", "typesafe"],
@@ -94,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("directory")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=cmd_make_tiny)
+
+    from api.train_cli import (add_calibrate_arguments, add_eval_arguments, add_finetune_arguments, run_calibrate,
+                               run_eval, run_finetune)
+    for name, help_text, add, run in (
+            ("eval", "score a labelled dataset: metrics.json, report.md, plots", add_eval_arguments, run_eval),
+            ("calibrate", "fit temperatures per question type × option count", add_calibrate_arguments, run_calibrate),
+            ("finetune", "fine-tune the head (or LoRA / the thinker) on labelled data", add_finetune_arguments,
+             run_finetune)):
+        command = sub.add_parser(name, help=help_text)
+        add(command)
+        command.set_defaults(func=run)
 
     try:
         from api.server import add_serve_arguments, run_serve

@@ -137,7 +137,7 @@ class ModelCard(BaseModel):
     description: str
     context: int = Field(description="context window in tokens")
     aliases: list[str]
-    tiny_default: bool = Field(description="true: the embedded tiny random model (answers are meaningless)")
+    tiny_default: bool = Field(description="true: the embedded tiny demo model (trained on a synthetic inspection task only; not real answers)")
     limits: dict[str, Any] = Field(description="`inputs`: per-modality and per-request limits")
 
 

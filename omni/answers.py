@@ -71,7 +71,8 @@ def answer_question(question: Question, head_order_probabilities: Sequence[float
     if question.type == "noul":
         return {"type": "noul", "noul": rounded[0]}
     best = int(np.argmax(p))                                         # first maximum = first in request order
-    conf = round(confidence_of(question.type, p, confidence), decimals)
+    # Clef's confidence is p[choice]: report the very number shown in `probabilities`, not a second rounding of it
+    conf = rounded[best] if confidence == "clef" else round(confidence_of(question.type, p, confidence), decimals)
     if question.type == "choice":
         return {"type": "choice", "choice": question.options[best].id,
                 "probabilities": {o.id: r for o, r in zip(question.options, rounded)}, "confidence": conf}

@@ -27,6 +27,7 @@ class EngineConfig:
     max_choice_options: int = 255
     max_score_levels: int = 10
     confidence: str = "clef"                # "clef" (p_max) or "typesafe"
+    calibration: bool = False               # apply the checkpoint's calibration.json (omni calibrate) when present
     probability_decimals: int = 4
     max_batch_records: int = 8
     max_batch_tokens: int = 16_384

@@ -18,7 +18,7 @@ import torch
 from omni.answers import build_answers
 from omni.backbone import resolve_checkpoint_dir
 from omni.config import EngineConfig
-from omni.defaults import TINY_DEFAULT_NOTICE, ensure_tiny_default
+from omni.defaults import embedded_default
 from omni.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded, UnknownModel
 from omni.media import encode_request_media
 from omni.model import ClefModel, PreparedRecord
@@ -51,13 +51,19 @@ class DecisionEngine:
         if cfg.torch_threads > 0:     # CPU serving beside other processes: oversubscribed threads spin and stall
             torch.set_num_threads(cfg.torch_threads)
         if self.is_tiny_default:
-            log.warning(TINY_DEFAULT_NOTICE)
-            self.checkpoint_dir = ensure_tiny_default(cfg.cache_dir)
+            self.checkpoint_dir = embedded_default(cfg.cache_dir)
         else:
             self.checkpoint_dir = resolve_checkpoint_dir(cfg.model_path)
         self.model = ClefModel.load(self.checkpoint_dir, dtype=cfg.dtype, device=cfg.device, head_dtype=cfg.head_dtype,
                                     attn_implementation=cfg.attn_implementation,
                                     max_context_tokens=cfg.max_context_tokens)
+        if cfg.calibration:
+            from omni.calibration import load_calibration
+
+            self.model.calibration = load_calibration(self.checkpoint_dir)
+            if self.model.calibration is None:
+                log.warning("calibration is on but %s has no calibration.json: serving uncalibrated",
+                            self.checkpoint_dir)
         self._run([self.model.prepare(WARMUP_REQUEST)])
         return self
 
@@ -97,7 +103,8 @@ class DecisionEngine:
     @property
     def info(self) -> dict:
         cfg = self.config
-        description = ("Embedded tiny random checkpoint — answers are random; serve real weights with --model."
+        description = ("Embedded tiny demo checkpoint (synthetic inspection task only; elsewhere its answers are "
+                       "random) — serve real weights with --model."
                        if self.is_tiny_default else f"Clef-omni decision model from {cfg.model_path}")
         media = cfg.media
         return {"name": cfg.served_name, "description": description, "context_tokens": cfg.max_context_tokens,

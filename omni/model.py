@@ -53,6 +53,7 @@ class ClefModel:
         self.head = head
         self.parts = parts
         self.prompt_encoder = PromptEncoder(parts.tokenizer, max_context_tokens)
+        self.calibration = None   # an omni.calibration.Calibration, applied to the logits when set
 
     @classmethod
     def load(cls, directory: Path, *, dtype: str = "auto", device: str = "auto", head_dtype: str = "float32",
@@ -91,4 +92,7 @@ class ClefModel:
 
     @torch.inference_mode()
     def probabilities(self, records: list[PreparedRecord]) -> list[list[torch.Tensor]]:
-        return [option_probabilities(per_question) for per_question in self.logits(records)]
+        per_record = self.logits(records)
+        if self.calibration is not None:
+            per_record = [self.calibration.apply_record(r.request.questions, x) for r, x in zip(records, per_record)]
+        return [option_probabilities(per_question) for per_question in per_record]

@@ -122,13 +122,24 @@ def test_cli_decide_with_model_and_stdin(tiny_dir, tmp_path):
     assert "random" not in from_file.stderr
 
 
-def test_cli_default_model_says_answers_are_random(tmp_path):
-    home = {"HOME": str(tmp_path)}
-    out = run_cli(["decide", "-"], stdin=json.dumps(MIXED), env_extra=home)
+def test_cli_default_model_is_the_embedded_demo_and_says_so(tmp_path):
+    out = run_cli(["decide", "-"], stdin=json.dumps(MIXED), env_extra={"HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    assert "random" in out.stderr and "real weights" in out.stderr
+    assert "demo checkpoint" in out.stderr and "random" in out.stderr and "real weights" in out.stderr
     assert set(json.loads(out.stdout)["answers"]) == {"team", "urgency", "outage"}
-    assert (tmp_path / ".cache" / "omni-decide" / "tiny-default-v1" / "joint_head.safetensors").is_file()
+    assert not (tmp_path / ".cache").exists()          # the shipped demo is used, nothing is built
+
+
+def test_random_fallback_is_built_once_into_the_cache(tmp_path, monkeypatch, caplog):
+    import omni.defaults as defaults
+
+    monkeypatch.setattr(defaults, "DEMO_CHECKPOINT_DIR", tmp_path / "not-installed")
+    first = defaults.embedded_default(str(tmp_path / "cache"))
+    assert first == tmp_path / "cache" / "tiny-default-v1" and (first / "joint_head.safetensors").is_file()
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    assert defaults.embedded_default(str(tmp_path / "cache")) == first
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    assert "answers are random" in caplog.text
 
 
 def test_cli_bad_request_is_a_clear_error(tiny_dir):

@@ -151,7 +151,7 @@ def test_tiny_default_is_announced_in_the_log_and_in_models(tmp_path):
     srv = Server(tmp_path, env={"OMNI_CACHE_DIR": str(tmp_path / "cache")}).wait_ready()
     try:
         card = srv.client.get("/v1/models").json()["models"][0]
-        assert card["tiny_default"] is True and "random" in card["description"]
+        assert card["tiny_default"] is True and "demo" in card["description"]
         check_answers(srv.client.post("/v1/systemone", json=BODY))
         assert "tiny" in srv.log().lower()
     finally:

@@ -46,6 +46,11 @@ def test_choice_maps_head_order_back_to_request_order():
     assert a["choice"] == "mid" and a["confidence"] == 0.5
 
 
+def test_clef_confidence_equals_the_reported_probability():
+    a = answer_question(choice_q("ship", "rework", "scrap"), [0.97855, 0.00665, 0.0148])   # head order: rework, scrap, ship
+    assert a["confidence"] == a["probabilities"][a["choice"]]
+
+
 def test_choice_tie_goes_to_first_in_request_order():
     q = choice_q("b", "a")                        # head order a, b
     assert answer_question(q, [0.5, 0.5])["choice"] == "b"
