@@ -146,3 +146,31 @@ def test_metrics_group_by_question_and_pool_by_type_from_raw_logits():
     assert everything["precision_threshold"]["coverage"] == pytest.approx(2 / 3)
     halved = compute_metrics(scored, calibration=Calibration({"noul:2": 2.0}, "fp"))[0]["questions"]["ok"]
     assert halved["nll"] == pytest.approx(-ln(2 / 3))                     # logits / 2 → p (1/3, 2/3)
+
+
+def test_the_engine_applies_calibration_only_when_switched_on(tiny_dir, task, tmp_path):
+    from omni.calibration import checkpoint_fingerprint, prompt_format_fingerprint, save_calibration
+    from omni.config import EngineConfig
+    from omni.engine import DecisionEngine
+    from omni.request import parse_request
+
+    checkpoint = shutil.copytree(tiny_dir, tmp_path / "ckpt")
+    save_calibration(Calibration({"noul:2": 0.25}, checkpoint_fingerprint(checkpoint), prompt_format_fingerprint()),
+                     checkpoint)
+    body = {"state": "s", "questions": {"q": {"type": "noul"}, "c": {"type": "choice", "criteria": {"a": "one", "b": "two"}}}}
+    engines = {on: DecisionEngine(EngineConfig(model_path=str(checkpoint), calibration=on)).load() for on in (False, True)}
+    records = {on: e.prepare(parse_request(body, e.config)) for on, e in engines.items()}
+    logits = engines[False].model.logits([records[False]])[0]
+    off = engines[False].model.probabilities([records[False]])[0]
+    on = engines[True].model.probabilities([records[True]])[0]
+    torch.testing.assert_close(off[0], torch.softmax(logits[0].float(), -1))
+    torch.testing.assert_close(on[0], torch.softmax(logits[0].float() / 0.25, -1))     # noul sharpened by T = 0.25
+    torch.testing.assert_close(on[1], off[1])                                        # choice:2 not fitted: T = 1
+    foreign = shutil.copytree(tiny_dir, tmp_path / "foreign")
+    head = load_file(str(foreign / "joint_head.safetensors"))
+    head["residual_gate"] = head["residual_gate"] + 0.5
+    save_file(head, str(foreign / "joint_head.safetensors"))
+    shutil.copy(checkpoint / CALIBRATION_FILE, foreign / CALIBRATION_FILE)
+    with pytest.raises(CalibrationError, match="another checkpoint"):
+        DecisionEngine(EngineConfig(model_path=str(foreign), calibration=True)).load()
+    DecisionEngine(EngineConfig(model_path=str(foreign))).load()                     # off by default: not read
