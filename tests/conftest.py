@@ -17,6 +17,17 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(getattr(pytest.mark, mark))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """Two cores shared with other work: one torch thread is faster and far steadier than oversubscribed two."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     from omni.tiny import write_checkpoint

@@ -17,14 +17,6 @@ from omni.dataset import DatasetError
 from omni.evaluation import ScoredQuestion, compute_metrics
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
     return write_keyword_task(tmp_path_factory.mktemp("eval") / "task.jsonl", 16, seed=1)

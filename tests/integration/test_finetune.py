@@ -17,15 +17,6 @@ from omni.training import STATE_FILE, TrainingConfig, augment, clef_loss, finetu
 FAST = {"batch_records": 4, "learning_rate": 1e-2, "backbone_learning_rate": 1e-3, "patience_epochs": 50}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Two cores shared with other work: one torch thread is faster and steadier here."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def keyword_records(tmp_path_factory):
     return load_dataset(write_keyword_task(tmp_path_factory.mktemp("task") / "task.jsonl", 32, seed=0))
