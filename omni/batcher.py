@@ -161,9 +161,10 @@ class MicroBatcher(Generic[T, R]):
                     self._execute(batch, dropped=len(dropped))
         except BaseException as exc:  # a bug here must not leave futures waiting forever
             log.exception("batcher %r worker died", self.name)
+            cause = exc
             with self._cond:
                 self._accepting = False
-                self._fail_queued_locked(lambda: _chained(InferenceFailed(f"{self.name}: batcher worker died"), exc))
+                self._fail_queued_locked(lambda: _chained(InferenceFailed(f"{self.name}: batcher worker died"), cause))
             raise
 
     def _next_batch(self) -> tuple[list[_Pending[T]] | None, list[_Pending[T]]]:
