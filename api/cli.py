@@ -36,11 +36,9 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
 
 
 def _read_request(source: str) -> dict:
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest.one((), f"request is not valid JSON: {exc}", "json_invalid") from exc
+    from omni.request import load_json
+
+    return load_json(sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes())
 
 
 def cli_media(args: argparse.Namespace, body) -> list:

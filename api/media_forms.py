@@ -10,7 +10,6 @@ the state). Never fetches URLs or opens paths. Knows nothing of the model, the e
 """
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from api.errors import BodyTooLarge, UnsupportedContentType, label_loc
 from omni.errors import InvalidRequest, Issue
+from omni.request import load_json
 from omni.types import MediaRef
 
 SLOTS = {"images": "image", "audio": "audio", "videos": "video"}  # JSON/multipart field -> MediaRef kind
@@ -103,11 +103,7 @@ def parse_body(data: bytes, content_type: str | None, max_parts: int) -> ParsedB
 
 
 def _load_json(data: bytes, loc: tuple) -> dict:
-    try:
-        value = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        msg = f"JSON decode error: {getattr(exc, 'msg', None) or exc.reason}"
-        raise InvalidRequest.one(loc, msg, "json_invalid") from None
+    value = load_json(data, loc)
     if not isinstance(value, dict):
         raise InvalidRequest.one(loc, "Input should be a valid dictionary or object", "model_attributes_type")
     return value

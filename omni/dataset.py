@@ -9,14 +9,13 @@ HTTP caller's). Every bad line is reported with its line number in one `DatasetE
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omni.config import EngineConfig
 from omni.errors import InvalidRequest, OmniError
-from omni.request import MEDIA_SLOTS, parse_request
+from omni.request import MEDIA_SLOTS, load_json, parse_request
 from omni.types import DecisionRequest, MediaRef, Question
 
 MAX_PROBLEMS_SHOWN = 20
@@ -114,9 +113,9 @@ def _labels(raw: Any, request: DecisionRequest) -> dict[str, str]:
 def parse_line(text: str, root: Path, config: EngineConfig, line: int) -> LabelledRequest:
     """One JSONL line → LabelledRequest; ValueError with every problem of the line."""
     try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON: {exc}") from exc
+        body = load_json(text)
+    except InvalidRequest as exc:
+        raise ValueError(f"not valid JSON: {exc.issues[0].msg}") from exc
     if not isinstance(body, dict):
         raise ValueError("a line must be a JSON object (a request with labels)")
     if "labels" not in body:

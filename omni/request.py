@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from typing import Any, Mapping, Sequence
 
@@ -17,8 +18,48 @@ from omni.errors import InvalidRequest, Issue
 from omni.types import NOUL_DEFAULT_FALSE, NOUL_DEFAULT_TRUE, QUESTION_TYPES, DecisionRequest, MediaRef, Option, Question
 
 MEDIA_SLOTS = (("images", "image"), ("audio", "audio"), ("videos", "video"))
+MAX_JSON_DEPTH = 64     # nesting of state / instructions / descriptions; deeper is refused, never a RecursionError
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,(?P<data>.*)$",
                        re.IGNORECASE | re.DOTALL)
+
+
+def load_json(data: bytes | str, loc=()) -> Any:
+    """Parse a JSON document from a caller; every way it can be unreadable is an InvalidRequest (json_invalid)."""
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        problem = exc.msg
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 ({exc.reason})"
+    except RecursionError:
+        problem = "nested too deeply"
+    except ValueError as exc:       # e.g. an integer of more than 4,300 digits
+        problem = str(exc).split(";")[0]
+    raise InvalidRequest.one(tuple(loc), f"JSON decode error: {problem}", "json_invalid")
+
+
+def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a JSON value cannot be rendered into the prompt (too deep, or text that is not valid Unicode), else None.
+
+    Iterative, so a hostile depth cannot exhaust the stack while it is being checked.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "contains an unpaired surrogate (not valid Unicode text)"
+        elif isinstance(item, (dict, list)):
+            if depth > max_depth:
+                return f"is nested more than {max_depth} levels deep"
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return None
 
 
 def _is_entry(value: Any) -> bool:
@@ -104,6 +145,10 @@ def _question(qid: str, raw: Any, config: EngineConfig, issues: _Collector) -> Q
         issues.add(loc + (qtype, "instructions"), "must be a string, object, array or null", "entry_type")
     criteria_loc = loc + (qtype, "criteria")
     criteria = raw.get("criteria")
+    for field, value in (("instructions", instructions), ("criteria", criteria)):
+        if (problem := json_value_problem(value)) is not None:
+            issues.add(loc + (qtype, field), f"{field} {problem}", "value_error")
+            return None
     if qtype == "noul":
         options = _noul_options(criteria, criteria_loc, issues)
     elif qtype == "choice":
@@ -125,6 +170,8 @@ def _questions(raw: Any, config: EngineConfig, issues: _Collector) -> tuple[Ques
     for qid, body in raw.items():
         if qid == "":
             issues.add(("questions", qid), "question ids must be non-empty strings", "string_too_short")
+        elif (problem := json_value_problem(qid)) is not None:
+            issues.add(("questions", qid.encode("utf-8", "replace").decode()), f"question id {problem}", "value_error")
         elif len(qid) > config.max_question_id_chars:
             issues.add(("questions", qid), f"question ids may have at most {config.max_question_id_chars} "
                        f"characters, not {len(qid)}", "string_too_long")
@@ -189,6 +236,8 @@ def parse_request(body: Any, config: EngineConfig, extra_media: Sequence[MediaRe
         issues.add(("state",), "Field required", "missing")
     elif not isinstance(state, (str, dict, list)):
         issues.add(("state",), "state must be a string, object or array", "state_type")
+    elif (problem := json_value_problem(state)) is not None:
+        issues.add(("state",), f"state {problem}", "value_error")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         issues.add(("model",), "model must be a string", "string_type")

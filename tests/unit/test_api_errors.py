@@ -44,8 +44,15 @@ def test_validation_errors_are_422_with_fastapi_detail():
     assert by_loc[("body", "questions", "s", "score", "criteria")]["type"] == "too_short"
 
 
+Q = b'"questions": {"q": {"type": "noul"}}'
+
+
 @pytest.mark.parametrize("raw, kind", [(b"{not json", "json_invalid"), (b"[1, 2]", "model_attributes_type"),
-                                       (b"\xff\xfe", "json_invalid")])
+                                       (b"\xff\xfe", "json_invalid"), (b"", "json_invalid"),
+                                       (b'{"state": ' + b"[" * 5000 + b"]" * 5000 + b", " + Q + b"}", "json_invalid"),
+                                       (b'{"state": {"n": ' + b"9" * 5000 + b"}, " + Q + b"}", "json_invalid"),
+                                       (b'{"state": "\\ud800", ' + Q + b"}", "value_error"),
+                                       (b'{"state": ' + b"[" * 100 + b"]" * 100 + b", " + Q + b"}", "value_error")])
 def test_unparseable_bodies_are_422(raw, kind):
     with served() as (client, _):
         issues = field_error(client.post("/v1/systemone", content=raw,

@@ -192,3 +192,44 @@ def test_media_bad_items_refused_with_index(item):
 
 def test_media_field_must_be_list():
     assert issues_of(body(videos="data:video/mp4;base64,AAAA"))[0][0] == ("videos",)
+
+
+@pytest.mark.parametrize("raw, fragment", [(b"", "Expecting value"), (b"\xff", "not UTF-8"),
+                                           (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+                                           (b"9" * 5000, "4300 digits")])
+def test_load_json_turns_every_unreadable_document_into_json_invalid(raw, fragment):
+    from omni.request import load_json
+
+    with pytest.raises(InvalidRequest) as info:
+        load_json(raw, ("body",))
+    issue = info.value.issues[0]
+    assert issue.type == "json_invalid" and issue.loc == ("body",) and fragment in issue.msg
+
+
+def test_state_nested_deeper_than_64_levels_is_refused():
+    parse_request(body(state=[[["ok"]]]), CFG)
+    deep = "x"
+    for _ in range(65):
+        deep = [deep]
+    loc, msg, kind = issues_of(body(state=deep))[0]
+    assert loc == ("state",) and "more than 64 levels" in msg
+
+
+@pytest.mark.parametrize("where", ["state", "instructions", "option", "question_id", "state_key"])
+def test_unpaired_surrogates_are_refused_where_they_are(where):
+    bad = "ok \ud800"
+    q = {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}}
+    b = body(questions={"q": q})
+    if where == "state":
+        b["state"] = bad
+    elif where == "state_key":
+        b["state"] = {bad: 1}
+    elif where == "instructions":
+        q["instructions"] = {"x": [bad]}
+    elif where == "option":
+        q["criteria"] = {bad: None, "b": None}
+    else:
+        b["questions"] = {bad: q}
+    loc, msg, kind = issues_of(b)[0]
+    assert "unpaired surrogate" in msg
+    assert loc[0] == ("state" if where.startswith("state") else "questions")
