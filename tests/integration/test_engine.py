@@ -146,7 +146,7 @@ def test_cli_bad_request_is_a_clear_error(tiny_dir):
     assert out.returncode == 2 and "state" in out.stderr and "questions" in out.stderr
     assert "Traceback" not in out.stderr
     out = run_cli(["decide", "--model", str(tiny_dir), "-"], stdin="{not json")
-    assert out.returncode == 2 and "not valid JSON" in out.stderr
+    assert out.returncode == 2 and "JSON decode error" in out.stderr
 
 
 def test_cli_make_tiny(tmp_path):
