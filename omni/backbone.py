@@ -7,7 +7,6 @@ model-ready media tensors and per-record lengths.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,10 +211,3 @@ def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.
             parts = [nn.functional.pad(p, (0, width - p.shape[-1])) for p in parts]
         merged[key] = torch.cat(parts, dim=0)
     return merged
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from exc

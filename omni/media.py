@@ -6,23 +6,24 @@ every failure is a typed `MediaError` naming the item.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
-from omni.model import EncodedMediaInputs
+from omni.model import NO_MEDIA
 from omni.types import MediaRef
 from preprocess.align import PlaceholderIds
 from preprocess.decode import decode_item
 from preprocess.loader import ProcessorParts
 from preprocess.media import MediaLimits, check_request
-from preprocess.processor import encode_media
+from preprocess.processor import EncodedMedia, encode_media
 
 SLOT_OF_KIND = {"image": "images", "audio": "audio", "video": "videos"}
 
 
 def encode_request_media(refs: Sequence[MediaRef], parts: ProcessorParts, limits: MediaLimits, *,
-                         position_id_per_seconds: float = 13.0, n_window: int = 50) -> EncodedMediaInputs:
+                         position_id_per_seconds: float = 13.0, n_window: int = 50) -> EncodedMedia:
     if not refs:
-        return EncodedMediaInputs()
+        return NO_MEDIA
     by_slot: dict[str, list[MediaRef]] = {"images": [], "audio": [], "videos": []}
     for ref in refs:
         by_slot[SLOT_OF_KIND[ref.kind]].append(ref)
@@ -34,4 +35,4 @@ def encode_request_media(refs: Sequence[MediaRef], parts: ProcessorParts, limits
                            token_ids=PlaceholderIds.from_mapping(parts.special_ids, parts.newline_ids),
                            position_id_per_seconds=position_id_per_seconds, n_window=n_window)
     tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
-    return EncodedMediaInputs(encoded.ids, encoded.tensors, encoded.use_audio_in_video, tokens)
+    return replace(encoded, tokens_by_modality=tokens)

@@ -18,16 +18,9 @@ from omni.head import JointSchemaHead, load_joint_head, option_probabilities
 from omni.prompt import EncodedPrompt, PromptEncoder
 from omni.types import DecisionRequest
 from preprocess.loader import ProcessorConfigError, ProcessorParts, load_processor_parts
+from preprocess.processor import EncodedMedia
 
-
-@dataclass
-class EncodedMediaInputs:
-    """Media already expanded into placeholder ids and model tensors (empty for text-only requests)."""
-
-    ids: list[int] = field(default_factory=list)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    use_audio_in_video: bool = False
-    tokens_by_modality: dict[str, int] = field(default_factory=dict)
+NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_modality={})
 
 
 @dataclass
@@ -70,8 +63,8 @@ class ClefModel:
                                   f"{backbone.hidden_size}")
         return cls(backbone, head, parts, max_context_tokens)
 
-    def prepare(self, request: DecisionRequest, media: EncodedMediaInputs | None = None) -> PreparedRecord:
-        media = media or EncodedMediaInputs()
+    def prepare(self, request: DecisionRequest, media: EncodedMedia | None = None) -> PreparedRecord:
+        media = media or NO_MEDIA
         started = time.perf_counter()
         prompt = self.prompt_encoder.encode(request, media.ids)
         input_ids = torch.tensor(prompt.input_ids, dtype=torch.long)
