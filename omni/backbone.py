@@ -183,7 +183,12 @@ class Backbone:
         return BackboneBatch(input_ids, attention_mask, position_ids, lengths, _concat_media([m for _, _, m in records]))
 
     def hidden_states(self, batch: BackboneBatch) -> list[torch.Tensor]:
-        """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H].
+        """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H]."""
+        hidden = self.padded_hidden_states(batch)
+        return [hidden[row, :n] for row, n in enumerate(batch.lengths)]
+
+    def padded_hidden_states(self, batch: BackboneBatch) -> torch.Tensor:
+        """One prefill of the whole batch; the final-norm hidden states [B, L, H], right-padded like the batch.
 
         Runs under whatever grad mode the caller chose: serving wraps it in inference_mode, training does not.
         """
@@ -192,8 +197,7 @@ class Backbone:
         output = self.thinker.model(
             input_ids=batch.input_ids.to(self.device), attention_mask=batch.attention_mask.to(self.device),
             position_ids=batch.position_ids.to(self.device), use_cache=False, **media)
-        hidden = output.last_hidden_state
-        return [hidden[row, :n] for row, n in enumerate(batch.lengths)]
+        return output.last_hidden_state
 
 
 def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -49,10 +49,12 @@ class EvidenceLayer(nn.Module):
             nn.Linear(width, feedforward), nn.GELU(), nn.Dropout(dropout), nn.Linear(feedforward, width), nn.Dropout(dropout)
         )
 
-    def forward(self, routes: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """routes [1, N, W], memory [1, T, W] → [1, N, W]."""
+    def forward(self, routes: torch.Tensor, memory: torch.Tensor,
+                memory_padding: torch.Tensor | None = None) -> torch.Tensor:
+        """routes [B, N, W], memory [B, T, W] (memory_padding [B, T], True = not a real position) → [B, N, W]."""
         normed_memory = self.memory_norm(memory)
-        attended, _ = self.attention(self.query_norm(routes), normed_memory, normed_memory, need_weights=False)
+        attended, _ = self.attention(self.query_norm(routes), normed_memory, normed_memory,
+                                     key_padding_mask=memory_padding, need_weights=False)
         routes = routes + attended
         return routes + self.feedforward(self.feedforward_norm(routes))
 
@@ -138,6 +140,87 @@ class JointSchemaHead(nn.Module):
         joint = joint + self.residual_scorer(pair)[:, 0]
         logits = prior + torch.sigmoid(self.residual_gate) * joint                      # [N]
         return list(torch.split(logits, counts))
+
+    def forward_batch(self, hidden: torch.Tensor, lengths: list[int], input_ids: torch.Tensor,
+                      lexical_table: torch.Tensor, spans: list[RecordSpans]) -> list[list[torch.Tensor]]:
+        """Several records at once, the same math as `forward` per record (equal up to float rounding).
+
+        hidden [B, L, H] right-padded (row b is real for its first lengths[b] positions), input_ids [B, L] →
+        per record, per question [n_i] logits. Each step runs once for the whole batch instead of once per record:
+        spans are shifted into the flattened [B·L] rows, options and fields are padded to the batch's largest record
+        and padding is excluded with key-padding masks (it is never attended to, so it changes no real row).
+        """
+        if len(lengths) != hidden.shape[0] or len(spans) != hidden.shape[0]:
+            raise ValueError("hidden, lengths and spans must describe the same records")
+        B, L, _ = hidden.shape
+        device, dtype = hidden.device, self.hidden_norm.weight.dtype
+        h = self.hidden_norm(hidden.to(dtype))                                          # [B, L, H]
+        memory = self.memory_projection(h)                                              # [B, L, W]
+        lengths_t = torch.tensor(lengths, device=device)
+        memory_padding = torch.arange(L, device=device)[None] >= lengths_t[:, None]       # [B, L] True = padding
+        flat = h.reshape(B * L, -1)
+        last = flat[torch.arange(B, device=device) * L + lengths_t - 1]                 # g per record: [B, H]
+        shifted = [s.shifted(b * L) for b, s in enumerate(spans)]
+        question_spans = [q for s in shifted for q in s.question_spans]
+        option_spans = [o for s in shifted for q in s.option_spans for o in q]
+        question_vectors = span_means(flat, question_spans)                             # [Q, H] all records
+        option_context = span_means(flat, option_spans)                                 # [N, H]
+        index, segment, option_lengths = span_layout(option_spans, device)
+        lexical_rows = lexical_table[input_ids.reshape(-1).to(device)[index].to(lexical_table.device)].to(device, dtype)
+        option_lexical = segment_means(lexical_rows, segment, option_lengths)           # [N, H]
+        counts = [len(q) for s in spans for q in s.option_spans]                        # options per question
+        questions_per_record = [len(s.question_spans) for s in spans]
+        owner = torch.repeat_interleave(torch.arange(len(counts), device=device), torch.tensor(counts, device=device))
+        question_record = torch.repeat_interleave(torch.arange(B, device=device),
+                                                  torch.tensor(questions_per_record, device=device))
+        option_record = question_record[owner]
+
+        routes = (self.option_context_projection(option_context) + self.option_lexical_projection(option_lexical)
+                  + self.option_question_projection(question_vectors)[owner])            # [N, W]
+        options_per_record = torch.bincount(option_record, minlength=B).tolist()
+        routes_b, routes_real = _pad_rows(routes, options_per_record)                   # [B, maxN, W]
+        for layer in self.evidence_layers:
+            routes_b = layer(routes_b, memory, memory_padding)
+        routes = routes_b[routes_real]                                                  # [N, W]
+
+        question_keys = self.question_projection(question_vectors)                      # [Q, W]
+        by_question, option_real = _pad_rows(routes, counts)                            # [Q, maxn, W]
+        scores = (by_question @ question_keys[:, :, None])[..., 0] / math.sqrt(self.width)
+        weights = torch.softmax(scores.masked_fill(~option_real, float("-inf")), dim=-1)
+        summaries = self.option_summary_norm((weights[:, None] @ by_question)[:, 0])    # [Q, W]
+        types = torch.tensor([t for s in spans for t in s.question_types], device=device)
+        fields = question_keys + summaries + self.global_projection(last)[question_record] + self.type_embedding(types)
+        fields_b, fields_real = _pad_rows(fields, questions_per_record)                 # [B, maxQ, W]
+        for layer in self.layers:
+            fields_b = layer(fields_b, memory, tgt_key_padding_mask=~fields_real,
+                             memory_key_padding_mask=memory_padding)
+        fields = self.field_norm(fields_b[fields_real])                                 # [Q, W]
+
+        anchors = F.normalize(question_vectors + last[question_record], dim=-1, eps=1e-12)
+        prior = (F.normalize(option_lexical, dim=-1, eps=1e-12) * anchors[owner]).sum(-1)
+        prior = torch.exp(self.prior_logit_scale.clamp(max=_MAX_LOG_SCALE)) * prior
+        options = self.option_norm(routes)
+        field_rows = fields[owner]
+        joint = torch.exp(self.joint_logit_scale.clamp(max=_MAX_LOG_SCALE)) * F.cosine_similarity(
+            field_rows, options, dim=-1, eps=1e-8)
+        pair = torch.cat([field_rows, options, field_rows * options, (field_rows - options).abs()], dim=-1)
+        joint = joint + self.residual_scorer(pair)[:, 0]
+        logits = prior + torch.sigmoid(self.residual_gate) * joint                      # [N]
+        per_question = list(torch.split(logits, counts))
+        out, start = [], 0
+        for n in questions_per_record:
+            out.append(per_question[start:start + n])
+            start += n
+        return out
+
+
+def _pad_rows(rows: torch.Tensor, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Consecutive groups of rows [sum(counts), D] → zero-padded [G, max(counts), D] and its real-row mask [G, max]."""
+    width = max(counts)
+    real = torch.arange(width, device=rows.device)[None] < torch.tensor(counts, device=rows.device)[:, None]
+    padded = rows.new_zeros(len(counts), width, rows.shape[-1])
+    padded[real] = rows
+    return padded, real
 
 
 def span_layout(spans, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,8 +1,8 @@
 """A loaded Clef-omni model: processor parts + prompt encoder + thinker backbone + joint-schema head.
 
 One pipeline for serving, evaluation and training: `prepare` turns a request (and its decoded media) into model
-inputs on the CPU; `logits` / `probabilities` run one prefill for a batch of prepared records and the head per
-record. Knows nothing of HTTP, queues, answers' wire shape or the environment.
+inputs on the CPU; `logits` / `probabilities` run one prefill for a batch of prepared records and one batched head
+pass. Knows nothing of HTTP, queues, answers' wire shape or the environment.
 """
 from __future__ import annotations
 
@@ -76,12 +76,12 @@ class ClefModel:
                               {"encode": (time.perf_counter() - started) * 1e3})
 
     def logits(self, records: list[PreparedRecord]) -> list[list[torch.Tensor]]:
-        """One backbone forward for all records, then the head per record (per question [n_i] logits)."""
+        """One backbone forward for all records, then one batched head pass (per record, per question [n_i] logits)."""
         batch = self.backbone.collate([(r.input_ids, r.position_ids, r.media) for r in records])
-        hidden = self.backbone.hidden_states(batch)
+        hidden = self.backbone.padded_hidden_states(batch)
         head_device = self.head.hidden_norm.weight.device
-        return [self.head(h.to(head_device), r.input_ids.to(head_device), self.backbone.lexical_table, r.prompt.spans)
-                for h, r in zip(hidden, records)]
+        return self.head.forward_batch(hidden.to(head_device), batch.lengths, batch.input_ids.to(head_device),
+                                       self.backbone.lexical_table, [r.prompt.spans for r in records])
 
     @torch.inference_mode()
     def probabilities(self, records: list[PreparedRecord]) -> list[list[torch.Tensor]]:

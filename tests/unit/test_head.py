@@ -210,3 +210,74 @@ def test_strict_load_round_trip_and_refusals(tmp_path):
     save_file(state, str(tmp_path / "joint_head.safetensors"))
     with pytest.raises(CheckpointError, match=r"option_norm.weight \(file \(17,\) vs config \(16,\)\)"):
         load_joint_head(tmp_path)
+
+
+# ---------------------------------------------------------------- the batched pass serving and training use
+def random_records(seed: int, lengths: list[int], H: int = 24, V: int = 50):
+    """Right-padded hidden [B, L, H] and ids [B, L] (padding filled with noise) + random spans per record."""
+    import random
+
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(len(lengths), max(lengths), H, generator=g)
+    ids = torch.randint(0, V, (len(lengths), max(lengths)), generator=g)
+    spans = []
+    for T in lengths:
+        pos, questions, options, types = 1, [], [], []
+        for _ in range(rng.randint(1, 4)):
+            questions.append((pos, pos + rng.randint(1, 3)))
+            pos = questions[-1][1]
+            row = []
+            for _ in range(rng.randint(1, 4)):
+                row.append((pos, pos + rng.randint(1, 3)))
+                pos = row[-1][1]
+            options.append(tuple(row))
+            types.append(rng.randint(0, 2))
+        assert pos < T
+        spans.append(RecordSpans(tuple(questions), tuple(options), tuple(types)))
+    return hidden, ids, torch.randn(V, H, generator=g), spans
+
+
+@pytest.mark.parametrize("lengths", [[40], [60, 45, 70, 33, 52], [70, 70, 70]])
+def test_batched_pass_equals_per_record_pass(lengths):
+    head = randomized_head()
+    hidden, ids, tab, spans = random_records(3, lengths)
+    with torch.inference_mode():
+        batched = head.forward_batch(hidden, lengths, ids, tab, spans)
+        assert [len(q) for q in batched] == [len(s.question_spans) for s in spans]
+        for b, T in enumerate(lengths):
+            single = head(hidden[b, :T], ids[b, :T], tab, spans[b])
+            assert [x.shape for x in batched[b]] == [x.shape for x in single]
+            for x, y in zip(batched[b], single):
+                torch.testing.assert_close(x, y, atol=2e-6, rtol=0)
+
+
+def test_batched_pass_ignores_padding_and_neighbours():
+    head = randomized_head()
+    lengths = [60, 35, 50]
+    hidden, ids, tab, spans = random_records(4, lengths)
+    with torch.inference_mode():
+        base = head.forward_batch(hidden, lengths, ids, tab, spans)
+        noisy_hidden, noisy_ids = hidden.clone(), ids.clone()
+        noisy_hidden[1, 35:] = 1e3                    # garbage in record 1's padding
+        noisy_ids[1, 35:] = 7
+        noisy_hidden[2] += torch.randn_like(noisy_hidden[2])   # a different neighbour
+        out = head.forward_batch(noisy_hidden, lengths, noisy_ids, tab, spans)
+    for b in (0, 1):
+        for x, y in zip(out[b], base[b]):
+            torch.testing.assert_close(x, y, atol=2e-6, rtol=0)
+    assert not all(torch.allclose(x, y) for x, y in zip(out[2], base[2]))   # the change reached its own record
+
+
+def test_batched_pass_trains_like_the_per_record_pass():
+    head = randomized_head().train()
+    lengths = [40, 55]
+    hidden, ids, tab, spans = random_records(5, lengths)
+    loss = sum(x.sum() for q in head.forward_batch(hidden, lengths, ids, tab, spans) for x in q)
+    batched = torch.autograd.grad(loss, list(head.parameters()), allow_unused=True)
+    loss = sum(x.sum() for b, T in enumerate(lengths) for x in head(hidden[b, :T], ids[b, :T], tab, spans[b]))
+    single = torch.autograd.grad(loss, list(head.parameters()), allow_unused=True)
+    for (name, _), x, y in zip(head.named_parameters(), batched, single):
+        assert (x is None) == (y is None), name
+        if x is not None:
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)
