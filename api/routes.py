@@ -56,7 +56,7 @@ def service(request: Request) -> ServiceState:
 _bearer = HTTPBearer(auto_error=False, description="required only when the server is started with API keys")
 
 
-def require_api_key(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+async def require_api_key(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
     keys = service(request).settings.api_keys
     if not keys:
         return  # auth off: a present Authorization header is accepted as is (SDKs always send one)

@@ -5,8 +5,9 @@ ON (the shipped defaults: up to 8 records / 16k tokens, 5 ms max wait) and OFF (
 same request list (default 400 requests, 16 in flight, a mix of text / image / audio System One requests in Clef
 JSON form) after a warm-up, in rounds that alternate ON and OFF so load from other processes on a shared machine
 hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios on/off.
-Then HTTP overhead for small requests: sequential small text requests to the OFF server, interleaved one by one
-with in-process `DecisionEngine.decide` on the same checkpoint (median latency ratio).
+Then HTTP overhead for small requests: sequential small text requests to the OFF server, from httpx and from the
+standard library's http.client, interleaved one by one with in-process `DecisionEngine.decide` on the same
+checkpoint (median latency ratio per client, plus the server's own Server-Timing stages).
 
 Last, the micro-batcher alone (no HTTP, no model): a simulated launch-bound device whose batch costs
 `--sim-batch-ms` + `--sim-record-ms` per record (GPU-like: a batch of 8 costs little more than 1), same
@@ -129,31 +130,62 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def overhead(url: str, model: str | None, body: dict, n: int, torch_threads: int = 1) -> dict:
-    """Median latency of one small request over HTTP (batching off) vs in-process decide, interleaved 1:1."""
+    """Median latency of one small request over HTTP (batching off) vs in-process decide, interleaved.
+
+    Two HTTP clients take turns with the in-process call, each on one keep-alive connection: httpx (what the
+    load above uses; about 0.5 ms of its own per request here) and the standard library's http.client (a lean
+    client, closer to what the service itself adds). Each gets its own ratio against the same in-process runs.
+    """
+    import http.client
+
     from omni.config import EngineConfig
     from omni.engine import DecisionEngine
     from omni.request import parse_request
 
     engine = DecisionEngine(EngineConfig(model_path=model, torch_threads=torch_threads)).load()
     payload = json.dumps(body).encode()
-    http, local = [], []
+    headers = {"Content-Type": "application/json"}
+    times: dict[str, list[float]] = {"httpx": [], "stdlib": [], "in_process": []}
+    stages = []
+    lean = http.client.HTTPConnection(url.removeprefix("http://"), timeout=60)
+
+    def stdlib_post() -> tuple[int, str, str]:
+        lean.request("POST", "/v1/systemone", body=payload, headers=headers)
+        response = lean.getresponse()
+        return response.status, response.read().decode(), response.getheader("server-timing", "")
+
     with httpx.Client(base_url=url, timeout=60) as client:
         for i in range(n + 5):  # the first rounds warm caches on both sides
             t0 = time.perf_counter()
-            r = client.post("/v1/systemone", content=payload, headers={"Content-Type": "application/json"})
+            r = client.post("/v1/systemone", content=payload, headers=headers)
             t1 = time.perf_counter()
-            engine.decide(parse_request(body, engine.config))
+            status, text, timing = stdlib_post()
             t2 = time.perf_counter()
-            if r.status_code != 200:
-                raise SystemExit(f"overhead request failed: {r.status_code} {r.text}")
+            engine.decide(parse_request(body, engine.config))
+            t3 = time.perf_counter()
+            for code, reply in ((r.status_code, r.text), (status, text)):
+                if code != 200:
+                    raise SystemExit(f"overhead request failed: {code} {reply}")
             if i >= 5:
-                http.append(t1 - t0)
-                local.append(t2 - t1)
-    out = {"requests": n, "http_p50_ms": round(statistics.median(http) * 1e3, 2),
-           "in_process_p50_ms": round(statistics.median(local) * 1e3, 2)}
-    out["ratio"] = round(out["http_p50_ms"] / out["in_process_p50_ms"], 2)
-    out["added_ms_p50"] = round(statistics.median(h - loc for h, loc in zip(http, local)) * 1e3, 2)
+                times["httpx"].append(t1 - t0)
+                times["stdlib"].append(t2 - t1)
+                times["in_process"].append(t3 - t2)
+                stages.append(server_timing(timing))
+    lean.close()
+    p50 = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    out = {"requests": n, **{f"{name}_p50_ms": round(ms, 2) for name, ms in p50.items()},
+           "server_stages_p50_ms": {k: round(statistics.median(s[k] for s in stages), 2) for k in stages[0]}}
+    for client_name in ("httpx", "stdlib"):
+        out[f"ratio_{client_name}"] = round(p50[client_name] / p50["in_process"], 2)
+        out[f"added_ms_p50_{client_name}"] = round(statistics.median(
+            h - loc for h, loc in zip(times[client_name], times["in_process"])) * 1e3, 2)
     return out
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """`Server-Timing: parse;dur=0.08, forward;dur=5.2, …` → {"parse": 0.08, "forward": 5.2, …}."""
+    parts = (item.strip().split(";dur=") for item in header.split(","))
+    return {name: float(ms) for name, ms in parts}
 
 
 def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_ms: float) -> dict:
@@ -239,7 +271,7 @@ def main() -> int:
     summary = {"throughput_ratio_on_off": round(on["throughput_rps"] / off["throughput_rps"], 2),
                "p50_ratio_on_off": round(on["p50_ms"] / off["p50_ms"], 2),
                "p99_ratio_on_off": round(on["p99_ms"] / off["p99_ms"], 2),
-               "http_overhead_ratio": over["ratio"],
+               "http_overhead_ratio_httpx": over["ratio_httpx"], "http_overhead_ratio_stdlib": over["ratio_stdlib"],
                "batcher_only_throughput_ratio_on_off": simulated["throughput_ratio_on_off"], "loadavg_1m_after": round(os.getloadavg()[0], 2)}
     print(json.dumps({"summary": summary}))
     errors = {m: {s: c for s, c in r["statuses"].items() if s != 200} for m, r in results.items()}

@@ -35,6 +35,7 @@ class EngineConfig:
     max_queue: int = 256
     request_timeout_s: float = 60.0
     decode_threads: int = 2
+    inline_prepare_max_chars: int = 4096    # media-free requests this small skip the decode pool (0 = never)
     media: MediaLimits = field(default_factory=MediaLimits)
     cache_dir: str | None = None            # where the embedded tiny default is built; None = ~/.cache/omni-decide
 

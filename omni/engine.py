@@ -182,12 +182,28 @@ class DecisionEngine:
         submitted = time.perf_counter()
         outcome: Future = Future()
         outcome.add_done_callback(self._release)
+        if self._prepare_inline(request):     # a thread hop would cost more than the prompt encoding it moves
+            self._decode_then_queue(request, deadline, submitted, outcome)
+            return outcome
         try:
             self._decode_pool.submit(self._decode_then_queue, request, deadline, submitted, outcome)
         except RuntimeError as exc:            # pool shut down between the ready check and here
             outcome.set_exception(NotReady("the engine is stopping"))
             log.debug("decode pool refused work: %s", exc)
         return outcome
+
+    def _prepare_inline(self, request: DecisionRequest) -> bool:
+        """Media-free requests with at most `inline_prepare_max_chars` of text are prepared on the caller's thread."""
+        limit = self.config.inline_prepare_max_chars
+        if limit <= 0 or request.media:
+            return False
+        budget = limit - text_chars(request.state, limit + 1)
+        for question in request.questions:
+            if budget < 0:
+                break
+            budget -= len(question.id) + text_chars(question.instructions, budget + 1)
+            budget -= sum(len(o.id) + text_chars(o.description, budget + 1) for o in question.options)
+        return budget >= 0
 
     def _release(self, _future: Future) -> None:
         with self._lock:
@@ -200,7 +216,8 @@ class DecisionEngine:
             record = self.prepare(request)
             if time.monotonic() > deadline:
                 raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
-            record.timings_ms["decode_wait"] = (time.perf_counter() - submitted) * 1e3 - record.timings_ms["decode"]
+            spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
+            record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
             queued = self._batcher.submit(record, deadline)
         except BaseException as exc:  # every request ends: its own error, never a hang
             outcome.set_exception(exc)
@@ -218,3 +235,24 @@ class DecisionEngine:
             outcome.set_result(decision)
 
         queued.add_done_callback(transfer)
+
+
+
+def text_chars(value, limit: int) -> int:
+    """Characters of text in a JSON-like value (strings, keys, scalars); stops counting once past `limit`."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        return len(repr(value))     # numbers and booleans (the JSON loader refuses huge integers)
+    total = 0
+    for item in items:
+        total += text_chars(item, limit - total)
+        if total > limit:
+            break
+    return total
