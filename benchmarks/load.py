@@ -155,22 +155,25 @@ def overhead(url: str, model: str | None, body: dict, n: int, torch_threads: int
         return response.status, response.read().decode(), response.getheader("server-timing", "")
 
     with httpx.Client(base_url=url, timeout=60) as client:
-        for i in range(n + 5):  # the first rounds warm caches on both sides
-            t0 = time.perf_counter()
+        def httpx_post() -> tuple[int, str, str]:
             r = client.post("/v1/systemone", content=payload, headers=headers)
-            t1 = time.perf_counter()
-            status, text, timing = stdlib_post()
-            t2 = time.perf_counter()
-            engine.decide(parse_request(body, engine.config))
-            t3 = time.perf_counter()
-            for code, reply in ((r.status_code, r.text), (status, text)):
-                if code != 200:
-                    raise SystemExit(f"overhead request failed: {code} {reply}")
-            if i >= 5:
-                times["httpx"].append(t1 - t0)
-                times["stdlib"].append(t2 - t1)
-                times["in_process"].append(t3 - t2)
-                stages.append(server_timing(timing))
+            return r.status_code, r.text, r.headers.get("server-timing", "")
+
+        calls = {"httpx": httpx_post, "stdlib": stdlib_post,
+                 "in_process": lambda: (200, "", engine.decide(parse_request(body, engine.config)))}
+        names = list(calls)
+        for i in range(n + 5):  # the first rounds warm caches on both sides
+            # rotate the order, so that each way follows each other way equally often
+            for name in names[i % 3:] + names[:i % 3]:
+                t0 = time.perf_counter()
+                status, text, timing = calls[name]()
+                elapsed = time.perf_counter() - t0
+                if status != 200:
+                    raise SystemExit(f"overhead request failed: {status} {text}")
+                if i >= 5:
+                    times[name].append(elapsed)
+                    if name == "stdlib":
+                        stages.append(server_timing(timing))
     lean.close()
     p50 = {name: statistics.median(values) * 1e3 for name, values in times.items()}
     out = {"requests": n, **{f"{name}_p50_ms": round(ms, 2) for name, ms in p50.items()},

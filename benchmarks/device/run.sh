@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The one prepared GPU check for issue 4's benchmark (and the CUDA parity tests), for a session that is lent the
+# H200 through the device tool. Here, once: `bash benchmarks/device/fetch_wheels.sh` (about 58 MB of wheels into
+# .whl/). Then one device call, about 5 minutes with the machine's start:
+#     run  command: "bash benchmarks/device/run.sh"   carry: [".whl"]   timeout_s: 480
+# It writes env.txt, gpu_tests.txt, load_mixed.txt and load_text.txt under $OUT; copy the figures into
+# benchmarks/RESULTS.md. `--no-install` skips the wheels (a machine that has the project's dependencies, e.g. here
+# with `.venv/bin` first on PATH, for a dry run on CPU).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/omni-device-out}
+mkdir -p "$OUT"
+PY=python3
+if [ "${1:-}" != "--no-install" ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed" | tee "$OUT/env.txt"; exit 1; }
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" PYTHONUNBUFFERED=1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -3
+  $PY -c "import torch, transformers, av, fastapi, uvicorn; print('torch', torch.__version__, 'cuda', \
+torch.cuda.is_available(), 'transformers', transformers.__version__, 'av', av.__version__, 'uvicorn', uvicorn.__version__)"
+  nproc; } 2>&1 | tee "$OUT/env.txt"
+timeout 150 $PY -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tail -15 | tee "$OUT/gpu_tests.txt"
+# two servers + the client share the machine's 16 cores: 4 torch threads each
+timeout 150 $PY benchmarks/load.py --torch-threads 4 2>&1 | grep -v "Loading weights" | tee "$OUT/load_mixed.txt"
+timeout 120 $PY benchmarks/load.py --torch-threads 4 --mix text --overhead-requests 100 2>&1 \
+  | grep -v "Loading weights" | tee "$OUT/load_text.txt"
