@@ -33,9 +33,11 @@ VERSION = "0.1.0"
 
 
 def create_app(settings: Settings, engine: Any = None, *,
-               on_load_failure: Callable[[BaseException], None] | None = None) -> FastAPI:
+               on_load_failure: Callable[[BaseException], None] | None = None,
+               on_loaded: Callable[[], None] | None = None) -> FastAPI:
     """The app. `engine` defaults to `omni.engine.DecisionEngine(settings.engine)`; it is started (in a thread)
-    at startup unless already ready, and stopped with drain at shutdown. `on_load_failure` lets the server exit."""
+    at startup unless already ready, and stopped with drain at shutdown. `on_load_failure` lets the server exit;
+    `on_loaded` runs in the loading thread once the engine is ready, before /ready says so."""
     if engine is None:
         from omni.engine import DecisionEngine  # lazily: importing api.app never loads torch by itself
         engine = DecisionEngine(settings.engine)
@@ -45,7 +47,8 @@ def create_app(settings: Settings, engine: Any = None, *,
     async def lifespan(app: FastAPI):
         svc.parse_limiter = anyio.CapacityLimiter(settings.parse_threads)
         if not engine.ready:
-            threading.Thread(target=_load, args=(svc, on_load_failure), name="engine-load", daemon=True).start()
+            threading.Thread(target=_load, args=(svc, on_load_failure, on_loaded), name="engine-load",
+                             daemon=True).start()
         else:
             _announce(svc)
         yield
@@ -64,8 +67,12 @@ def create_app(settings: Settings, engine: Any = None, *,
     return app
 
 
-def _load(svc: ServiceState, on_failure: Callable[[BaseException], None] | None) -> None:
+def _load(svc: ServiceState, on_failure: Callable[[BaseException], None] | None,
+          on_loaded: Callable[[], None] | None = None) -> None:
     try:
+        svc.engine.load()
+        if on_loaded is not None:
+            on_loaded()
         svc.engine.start()
     except Exception as exc:  # a missing or broken checkpoint: say so, fail /ready and /health, let the server exit
         svc.load_error = f"model failed to load: {type(exc).__name__}: {exc}"

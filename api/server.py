@@ -8,9 +8,11 @@ Exit codes: 0 clean stop, 1 the model failed to load, 2 bad settings. Knows noth
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
+import time
 
 from api.settings import MEDIA_PREFIX, Settings, SettingsError, cli_fields
 
@@ -70,7 +72,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if "server" in holder:
             holder["server"].should_exit = True
 
-    app = create_app(settings, on_load_failure=on_load_failure)
+    app = create_app(settings, on_load_failure=on_load_failure, on_loaded=_settle_heap)
     svc = app.state.service
 
     class DrainingServer(uvicorn.Server):
@@ -93,6 +95,17 @@ def run_serve(args: argparse.Namespace) -> int:
         log.error("exiting: the model failed to load")
         return 1
     return 0
+
+
+def _settle_heap() -> None:
+    """Once the model is loaded: collect, then freeze what is alive (torch, transformers, the model's modules, about
+    400k objects) out of the cyclic GC. Otherwise every full collection walks them all, about 0.2 s during which
+    every Python thread of the server stands still (seen as 250 ms stalls at the p99 under load)."""
+    started = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    log.info("heap settled: %d objects frozen out of the cyclic GC in %.0f ms", gc.get_freeze_count(),
+             (time.perf_counter() - started) * 1e3)
 
 
 def _configure_logging(level: str) -> None:

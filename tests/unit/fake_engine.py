@@ -1,4 +1,4 @@
-"""FakeEngine: the DecisionEngine surface (start/stop/ready/info/check_model/decide/submit/batcher), no model.
+"""FakeEngine: the DecisionEngine surface (load/start/stop/ready/info/check_model/decide/submit/batcher), no model.
 
 It runs the real serving shape — bounded admission, a bounded decode pool, the real MicroBatcher feeding one
 "model" thread — so API tests exercise concurrency, overload, deadlines and failure isolation for real.
@@ -39,15 +39,21 @@ class FakeEngine:
         self._ready = False
         self._lock = threading.Lock()
         self._in_flight = 0
+        self.loaded = False
         self._pool: ThreadPoolExecutor | None = None
         self._batcher: MicroBatcher | None = None
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self):
+    def load(self):
         if self.start_gate is not None:
             self.start_gate.wait(30)
         if self.fail_start is not None:
             raise self.fail_start
+        self.loaded = True
+        return self
+
+    def start(self):
+        self.load()
         c = self.config
         self._pool = ThreadPoolExecutor(c.decode_threads, thread_name_prefix="fake-decode")
         self._batcher = MicroBatcher(self._run, lambda item: item[1], max_batch_records=c.max_batch_records,

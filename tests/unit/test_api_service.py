@@ -52,6 +52,30 @@ def test_a_model_that_fails_to_load_fails_ready_and_health_and_calls_back():
         assert health.status_code == 503 and "joint_head" in health.json()["message"]
 
 
+def test_on_loaded_runs_once_after_the_load_and_before_ready():
+    from api.app import create_app
+    from fastapi.testclient import TestClient
+    from tests.unit.fake_engine import settings_with
+
+    engine, seen = FakeEngine(), []
+    app = create_app(settings_with(), engine, on_loaded=lambda: seen.append((engine.loaded, engine.ready)))
+    with TestClient(app) as client:
+        wait_until(lambda: client.get("/ready").status_code == 200, what="ready")
+    assert seen == [(True, False)]
+
+
+def test_the_server_settles_its_heap_out_of_the_cyclic_gc():
+    import gc
+
+    from api.server import _settle_heap
+
+    try:
+        _settle_heap()
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
+
+
 def test_every_response_has_a_request_id_and_decisions_have_server_timing():
     with served() as (client, _):
         ok = client.post("/v1/systemone", json=body())
