@@ -12,8 +12,9 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request

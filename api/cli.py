@@ -93,8 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=cmd_make_tiny)
 
-    from api.train_cli import (add_calibrate_arguments, add_eval_arguments, add_finetune_arguments, run_calibrate,
-                               run_eval, run_finetune)
+    from api.train_cli import (
+        add_calibrate_arguments,
+        add_eval_arguments,
+        add_finetune_arguments,
+        run_calibrate,
+        run_eval,
+        run_finetune,
+    )
     for name, help_text, add, run in (
             ("eval", "score a labelled dataset: metrics.json, report.md, plots", add_eval_arguments, run_eval),
             ("calibrate", "fit temperatures per question type × option count", add_calibrate_arguments, run_calibrate),

@@ -11,14 +11,22 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from omni.errors import (CheckpointError, ContextTooLong, DeadlineExceeded, InferenceFailed, InvalidRequest,
-                         NotReady, Overloaded, UnknownModel)
+from omni.errors import (
+    CheckpointError,
+    ContextTooLong,
+    DeadlineExceeded,
+    InferenceFailed,
+    InvalidRequest,
+    NotReady,
+    Overloaded,
+    UnknownModel,
+)
 from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
 
 log = logging.getLogger(__name__)

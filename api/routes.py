@@ -29,7 +29,6 @@ from omni.errors import DeadlineExceeded, NotReady
 from omni.request import parse_request
 from omni.types import DecisionRequest
 
-
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
 
 

@@ -6,7 +6,7 @@ Knows nothing of the model, the engine or the environment.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,7 +35,7 @@ class ScoreQuestion(_Open):
     criteria: list[Entry] = Field(description="ordered levels, lowest first; 2-10 levels")
 
 
-Question = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(discriminator="type")]
+Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
 
 
 class MediaObject(BaseModel):
@@ -43,7 +43,7 @@ class MediaObject(BaseModel):
     base64: str
 
 
-MediaItem = Annotated[Union[str, MediaObject], Field(description="base64 data URL, or {content_type, base64}")]
+MediaItem = Annotated[str | MediaObject, Field(description="base64 data URL, or {content_type, base64}")]
 
 
 class Asset(BaseModel):
@@ -57,7 +57,7 @@ class SystemOneRequest(_Open):
     """POST /v1/systemone as JSON. Unknown top-level fields are ignored."""
 
     model: str | None = Field(None, description="optional: the served name or an alias (jev-latest, clef-omni)")
-    state: Annotated[Union[str, dict[str, Any], list[Any]], Field(description="string, object or array")]
+    state: Annotated[str | dict[str, Any] | list[Any], Field(description="string, object or array")]
     questions: dict[str, Question] = Field(description="caller-chosen id -> question; answers use the same ids")
     images: list[MediaItem] | None = Field(None, description="Clef: PNG/JPEG/WebP, placed before the state")
     audio: list[MediaItem] | None = Field(None, description="Clef-omni: WAV/MP3/...")
@@ -105,7 +105,7 @@ class Usage(BaseModel):
 
 class SystemOneResponse(BaseModel):
     model: str
-    answers: dict[str, Annotated[Union[NoulAnswer, ChoiceAnswer, ScoreAnswer], Field(discriminator="type")]]
+    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
     usage: Usage
     x_truncated_state_tokens: int | None = Field(None, description="state tokens cut to fit the context")
     x_usage: dict[str, int] | None = Field(None, description="input tokens by modality")

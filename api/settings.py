@@ -11,9 +11,10 @@ import dataclasses
 import math
 import os
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from omni.config import EngineConfig
 from preprocess.media import MediaLimits, MiB
@@ -58,7 +59,7 @@ class Settings:
 
     # ------------------------------------------------------------------ sources
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if environ is None else environ)
         values: dict[str, tuple[str, str]] = {}  # field -> (raw, source name)
         unknown = []
@@ -76,7 +77,7 @@ class Settings:
         settings = cls().with_values({k: _coerce(raw, known[k], src) for k, (raw, src) in values.items()})
         return dataclasses.replace(settings, unknown_env=tuple(sorted(unknown)))
 
-    def with_cli(self, args: Any) -> "Settings":
+    def with_cli(self, args: Any) -> Settings:
         """Override with argparse values (attributes named like the fields; None = flag not given)."""
         known = _known_fields()
         given = {}
@@ -96,7 +97,7 @@ class Settings:
             return getattr(self.engine.media, key[len(MEDIA_PREFIX):])
         return getattr(self, key) if key in {f.name for f in dataclasses.fields(Settings)} else getattr(self.engine, key)
 
-    def with_values(self, values: Mapping[str, Any]) -> "Settings":
+    def with_values(self, values: Mapping[str, Any]) -> Settings:
         """Apply typed values keyed by field name (`model` for the checkpoint, `media_*` for media limits)."""
         own = {f.name for f in dataclasses.fields(Settings)} - {"engine", "unknown_env"}
         engine_names = {f.name for f in dataclasses.fields(EngineConfig)}

@@ -45,16 +45,27 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omni.answers import build_answers  # noqa: E402
-from omni.config import EngineConfig  # noqa: E402
-from omni.engine import DecisionEngine  # noqa: E402
-from omni.head import option_probabilities  # noqa: E402
-from omni.request import parse_request  # noqa: E402
-from omni.tiny import write_checkpoint  # noqa: E402
-from omni.types import DecisionRequest  # noqa: E402
+from omni.answers import build_answers
+from omni.config import EngineConfig
+from omni.engine import DecisionEngine
+from omni.head import option_probabilities
+from omni.request import parse_request
+from omni.tiny import write_checkpoint
+from omni.types import DecisionRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onepass_workload import TEXT, HEAD, JSON_INSTRUCTION, AREAS, moderation_body, build_state, json_answer, REAL_TEXT, macs  # noqa: E402
+from onepass_workload import (
+    AREAS,
+    HEAD,
+    JSON_INSTRUCTION,
+    REAL_TEXT,
+    TEXT,
+    build_state,
+    json_answer,
+    macs,
+    moderation_body,
+)
+
 
 # ------------------------------------------------------------------------------------------------- the three modes
 def joint(engine: DecisionEngine, request: DecisionRequest):
@@ -321,7 +332,7 @@ def main() -> None:
             median = {k: statistics.median(v) for k, v in times.items()}
             best = {k: min(v) for k, v in times.items()}
             b_sum_of_min = sum(min(run[i] for run in per_pass) for i in range(n))   # each pass at its best
-            lowest = lambda runs, key: round(min(r[key] for r in runs), 2)  # noqa: E731
+            lowest = lambda runs, key: round(min(r[key] for r in runs), 2)
             row = {
                 "event": "result", "questions": n, "rounds": len(times["a"]),
                 "tokens": {"a": tokens_a, "b_total": sum(tokens_b), "b_mean": round(sum(tokens_b) / n, 1),
@@ -403,7 +414,7 @@ def main() -> None:
     for r in rows:
         ba, bb, bc = r["best_round_a_ms"], r["best_round_b_ms"], r["best_round_c_ms"]
         sa, sb = r["stages_a_ms_min"], r["stages_b_ms_min"]
-        share = lambda st: st["head"] / (st["head"] + st["backbone"])  # noqa: E731
+        share = lambda st: st["head"] / (st["head"] + st["backbone"])
         print(f"| {r['questions']} | {ba['encode']:.1f} | {ba['forward']:.1f} | {ba['other']:.1f} "
               f"| {bb['encode']:.1f} | {bb['forward']:.1f} | {bb['other']:.1f} "
               f"| {bc['encode_ms']:.1f} | {bc['prefill_ms']:.1f} | {bc['decode_ms']:.1f} "

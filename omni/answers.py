@@ -7,7 +7,7 @@ HTTP: it sees questions and float probability vectors in prompt (head) order.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

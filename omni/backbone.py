@@ -124,7 +124,7 @@ class Backbone:
 
     @classmethod
     def load(cls, directory: Path, dtype: str = "auto", device: str = "auto",
-             attn_implementation: str = "sdpa") -> "Backbone":
+             attn_implementation: str = "sdpa") -> Backbone:
         from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
 
         device = resolve_device(device)

@@ -12,9 +12,10 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from omni.errors import DeadlineExceeded, InferenceFailed, NotReady, Overloaded
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -43,7 +43,7 @@ class DecisionEngine:
         self._batcher = None
 
     # ----------------------------------------------------------------------------------------------- lifecycle
-    def load(self) -> "DecisionEngine":
+    def load(self) -> DecisionEngine:
         """Load the checkpoint and warm up (blocking). Idempotent."""
         if self.model is not None:
             return self
@@ -67,7 +67,7 @@ class DecisionEngine:
         self._run([self.model.prepare(WARMUP_REQUEST)])
         return self
 
-    def start(self) -> "DecisionEngine":
+    def start(self) -> DecisionEngine:
         """Load, then start the decode pool and the micro-batcher's model thread (the serving path)."""
         from omni.batcher import MicroBatcher
 

@@ -32,7 +32,7 @@ class InvalidRequest(OmniError):
         super().__init__("; ".join(f"{'.'.join(map(str, i.loc))}: {i.msg}" for i in self.issues))
 
     @classmethod
-    def one(cls, loc: Loc, msg: str, type: str = "value_error") -> "InvalidRequest":
+    def one(cls, loc: Loc, msg: str, type: str = "value_error") -> InvalidRequest:
         return cls([Issue(tuple(loc), msg, type)])
 
 

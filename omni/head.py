@@ -28,7 +28,7 @@ class RecordSpans:
     option_spans: tuple[tuple[tuple[int, int], ...], ...]
     question_types: tuple[int, ...]
 
-    def shifted(self, offset: int) -> "RecordSpans":
+    def shifted(self, offset: int) -> RecordSpans:
         return RecordSpans(
             tuple((s + offset, e + offset) for s, e in self.question_spans),
             tuple(tuple((s + offset, e + offset) for s, e in q) for q in self.option_spans),

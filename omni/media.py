@@ -6,8 +6,8 @@ every failure is a typed `MediaError` naming the item.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from omni.model import NO_MEDIA
 from omni.types import MediaRef

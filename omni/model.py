@@ -50,7 +50,7 @@ class ClefModel:
 
     @classmethod
     def load(cls, directory: Path, *, dtype: str = "auto", device: str = "auto", head_dtype: str = "float32",
-             attn_implementation: str = "sdpa", max_context_tokens: int = 64_000) -> "ClefModel":
+             attn_implementation: str = "sdpa", max_context_tokens: int = 64_000) -> ClefModel:
         check_checkpoint_files(directory)
         try:
             parts = load_processor_parts(directory)

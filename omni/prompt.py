@@ -7,8 +7,9 @@ Knows nothing of the model, media decoding or HTTP: media arrive as already-expa
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from omni.errors import ContextTooLong
 from omni.head import RecordSpans

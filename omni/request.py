@@ -11,11 +11,20 @@ import base64
 import binascii
 import json
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from omni.config import EngineConfig
 from omni.errors import InvalidRequest, Issue
-from omni.types import NOUL_DEFAULT_FALSE, NOUL_DEFAULT_TRUE, QUESTION_TYPES, DecisionRequest, MediaRef, Option, Question
+from omni.types import (
+    NOUL_DEFAULT_FALSE,
+    NOUL_DEFAULT_TRUE,
+    QUESTION_TYPES,
+    DecisionRequest,
+    MediaRef,
+    Option,
+    Question,
+)
 
 MEDIA_SLOTS = (("images", "image"), ("audio", "audio"), ("videos", "video"))
 MAX_JSON_DEPTH = 64     # nesting of state / instructions / descriptions; deeper is refused, never a RecursionError

@@ -130,7 +130,7 @@ def test_cli_default_model_is_the_embedded_demo_and_says_so(tmp_path):
 
 
 def test_random_fallback_is_built_once_into_the_cache(tmp_path, monkeypatch, caplog):
-    import omni.defaults as defaults
+    from omni import defaults
 
     monkeypatch.setattr(defaults, "DEMO_CHECKPOINT_DIR", tmp_path / "not-installed")
     first = defaults.embedded_default(str(tmp_path / "cache"))

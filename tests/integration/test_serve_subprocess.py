@@ -46,7 +46,7 @@ class Server:
                                      env={**os.environ, **(env or {})})
         self.client = httpx.Client(base_url=self.url, timeout=60)
 
-    def wait_ready(self, seconds: float = 120) -> "Server":
+    def wait_ready(self, seconds: float = 120) -> Server:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             if self.proc.poll() is not None:

@@ -203,8 +203,9 @@ class served:
     """`with served(engine=..., **settings) as (client, engine):` a TestClient around create_app, ready."""
 
     def __init__(self, engine: FakeEngine | None = None, wait: bool = True, **settings):
-        from api.app import create_app
         from fastapi.testclient import TestClient
+
+        from api.app import create_app
 
         self.settings = settings_with(**settings)
         self.engine = engine or FakeEngine(self.settings.engine)

@@ -4,8 +4,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from omni.answers import (answer_question, build_answers, round_distribution, typesafe_choice_confidence,
-                          typesafe_score_confidence)
+from omni.answers import (
+    answer_question,
+    build_answers,
+    round_distribution,
+    typesafe_choice_confidence,
+    typesafe_score_confidence,
+)
 from omni.errors import InferenceFailed
 from omni.types import Option, Question
 

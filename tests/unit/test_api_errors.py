@@ -229,8 +229,16 @@ def test_unknown_route_and_method_keep_the_shape():
 
 def test_the_table_maps_every_core_error_to_its_status_and_shape():
     from api.errors import BodyTooLarge, UnsupportedContentType, error_payload
-    from omni.errors import (CheckpointError, ContextTooLong, DeadlineExceeded, InferenceFailed, InvalidRequest,
-                             NotReady, Overloaded, UnknownModel)
+    from omni.errors import (
+        CheckpointError,
+        ContextTooLong,
+        DeadlineExceeded,
+        InferenceFailed,
+        InvalidRequest,
+        NotReady,
+        Overloaded,
+        UnknownModel,
+    )
     from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
 
     cases = [(InvalidRequest.one(("questions", "q"), "bad", "too_long"), 422, ["body", "questions", "q"]),

@@ -38,8 +38,9 @@ def test_ready_follows_the_engine_while_health_is_live_throughout():
 
 def test_a_model_that_fails_to_load_fails_ready_and_health_and_calls_back():
     failures = []
-    from api.app import create_app
     from fastapi.testclient import TestClient
+
+    from api.app import create_app
     from tests.unit.fake_engine import settings_with
 
     engine = FakeEngine(fail_start=CheckpointError("missing joint_head.safetensors"))
@@ -53,8 +54,9 @@ def test_a_model_that_fails_to_load_fails_ready_and_health_and_calls_back():
 
 
 def test_on_loaded_runs_once_after_the_load_and_before_ready():
-    from api.app import create_app
     from fastapi.testclient import TestClient
+
+    from api.app import create_app
     from tests.unit.fake_engine import settings_with
 
     engine, seen = FakeEngine(), []
@@ -159,10 +161,9 @@ def test_requests_are_micro_batched_behind_a_busy_model():
 
 def test_failing_batch_fails_only_its_own_requests():
     config = EngineConfig(max_batch_records=1)
-    with served(engine=FakeEngine(config)) as (client, _):
-        with ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda s: client.post("/v1/systemone", json=body(s)),
-                                    ["fine", "__boom__", "fine", "fine", "__boom__", "fine"]))
+    with served(engine=FakeEngine(config)) as (client, _), ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda s: client.post("/v1/systemone", json=body(s)),
+                                ["fine", "__boom__", "fine", "fine", "__boom__", "fine"]))
     assert [r.status_code for r in results] == [200, 500, 200, 200, 500, 200]
 
 

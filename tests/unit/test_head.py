@@ -189,7 +189,9 @@ def test_independent_implementation_agrees():
 
 def test_strict_load_round_trip_and_refusals(tmp_path):
     import json
+
     from safetensors.torch import save_file
+
     from omni.errors import CheckpointError
 
     head = randomized_head()
