@@ -204,7 +204,7 @@ def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_m
     out = {}
     for mode, records in (("batching_on", 8), ("batching_off", 1)):
         batcher = MicroBatcher(device, lambda item: 1, max_batch_records=records, max_batch_tokens=10**6,
-                               max_wait_ms=5, max_queue=requests)
+                               max_wait_ms=5, max_queue=requests, wait_only_while_expecting=True)  # as served
         batcher.start()
         latencies: list[float] = []
 

@@ -1,6 +1,9 @@
 """MicroBatcher: a bounded queue in front of ONE worker thread that runs items in batches.
 
 A batch is dispatched when it is full (records or token budget) or when its oldest item has waited `max_wait_ms`.
+With `wait_only_while_expecting`, a partial batch waits only while items announced with `expect()` are still on
+their way (being prepared upstream); with none announced it goes at once, so a lone request never pays the wait,
+and under load batches still fill because items queue up while the worker runs the previous batch.
 Items past their deadline, or whose future was cancelled, are dropped before compute. Every future ends: with a
 result, the item's own exception, DeadlineExceeded, InferenceFailed (the whole batch raised) or NotReady (stopped).
 
@@ -69,7 +72,8 @@ class MicroBatcher(Generic[T, R]):
 
     def __init__(self, run_batch: Callable[[list[T]], list], cost_tokens: Callable[[T], int], *,
                  max_batch_records: int, max_batch_tokens: int, max_wait_ms: float, max_queue: int,
-                 name: str = "model", on_batch: Callable[[BatchReport], None] | None = None):
+                 name: str = "model", on_batch: Callable[[BatchReport], None] | None = None,
+                 wait_only_while_expecting: bool = False):
         if max_batch_records < 1 or max_batch_tokens < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError("max_batch_records, max_batch_tokens and max_queue must be >= 1, max_wait_ms >= 0")
         self._run_batch = run_batch
@@ -80,6 +84,8 @@ class MicroBatcher(Generic[T, R]):
         self.max_queue = max_queue
         self.name = name
         self.on_batch = on_batch
+        self.wait_only_while_expecting = wait_only_while_expecting
+        self._expected = 0                # items announced by expect() and not yet submitted
         self._queue: deque[_Pending[T]] = deque()
         self._cond = threading.Condition()
         self._stats = BatcherStats()
@@ -129,12 +135,27 @@ class MicroBatcher(Generic[T, R]):
             return s
 
     # ---------------------------------------------------------------- submit
-    def submit(self, item: T, deadline: float | None = None) -> Future:
-        """Queue `item`; `deadline` is a `time.monotonic()` value. Raises Overloaded when the queue is full and
-        NotReady when the batcher is not running."""
+    def expect(self) -> None:
+        """Announce an item that is still being prepared: a partial batch may wait (up to max_wait) for it.
+        Each `expect()` is settled by one `submit(..., expected=True)` or one `unexpect()`."""
+        with self._cond:
+            self._expected += 1
+
+    def unexpect(self) -> None:
+        """An announced item will not come (its preparation failed or it was cancelled): stop waiting for it."""
+        with self._cond:
+            self._expected = max(0, self._expected - 1)
+            self._cond.notify_all()
+
+    def submit(self, item: T, deadline: float | None = None, expected: bool = False) -> Future:
+        """Queue `item`; `deadline` is a `time.monotonic()` value; `expected` settles one `expect()` (even when the
+        item is refused). Raises Overloaded when the queue is full and NotReady when the batcher is not running."""
         cost = max(0, int(self._cost_tokens(item)))
         future: Future = Future()
         with self._cond:
+            if expected:
+                self._expected = max(0, self._expected - 1)
+                self._cond.notify_all()
             if not self._accepting:
                 raise NotReady(f"{self.name}: not accepting requests")
             if len(self._queue) >= self.max_queue:
@@ -180,10 +201,14 @@ class MicroBatcher(Generic[T, R]):
                 if self._stopping and not self._drain:
                     return None, []
                 wait_s = self._queue[0].submitted_at + self.max_wait_s - time.monotonic()
-                if wait_s > 0 and not self._stopping and not self._full_locked():
+                if wait_s > 0 and not self._stopping and not self._full_locked() and self._company_coming_locked():
                     self._cond.wait(wait_s)
                     continue
                 return self._take_locked()
+
+    def _company_coming_locked(self) -> bool:
+        """Whether waiting could grow the batch: always in the plain mode, else only while items are announced."""
+        return not self.wait_only_while_expecting or self._expected > 0
 
     def _full_locked(self) -> bool:
         """True when waiting longer cannot grow the next batch: records or tokens reached, or the next item

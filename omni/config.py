@@ -31,7 +31,7 @@ class EngineConfig:
     probability_decimals: int = 4
     max_batch_records: int = 8
     max_batch_tokens: int = 16_384
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 5.0                # a partial batch waits this long, and only for requests still decoding
     max_queue: int = 256
     request_timeout_s: float = 60.0
     decode_threads: int = 2

@@ -78,7 +78,7 @@ class DecisionEngine:
             self._batcher = MicroBatcher(self._run, lambda record: record.num_tokens,
                                          max_batch_records=cfg.max_batch_records,
                                          max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
-                                         max_queue=cfg.max_queue, name="omni-model")
+                                         max_queue=cfg.max_queue, name="omni-model", wait_only_while_expecting=True)
             self._batcher.start()
         self._ready = True       # only now can `submit` take work
         return self
@@ -183,11 +183,14 @@ class DecisionEngine:
         outcome: Future = Future()
         outcome.add_done_callback(self._release)
         if self._prepare_inline(request):     # a thread hop would cost more than the prompt encoding it moves
-            self._decode_then_queue(request, deadline, submitted, outcome)
+            self._decode_then_queue(request, deadline, submitted, outcome, False)
             return outcome
+        batcher = self._batcher
+        batcher.expect()                       # a partial batch may wait for it while it is decoded
         try:
-            self._decode_pool.submit(self._decode_then_queue, request, deadline, submitted, outcome)
+            self._decode_pool.submit(self._decode_then_queue, request, deadline, submitted, outcome, True)
         except RuntimeError as exc:            # pool shut down between the ready check and here
+            batcher.unexpect()
             outcome.set_exception(NotReady("the engine is stopping"))
             log.debug("decode pool refused work: %s", exc)
         return outcome
@@ -209,16 +212,26 @@ class DecisionEngine:
         with self._lock:
             self._in_flight -= 1
 
-    def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float, outcome: Future) -> None:
+    def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float, outcome: Future,
+                           expected: bool) -> None:
+        """Prepare, then queue for the model. `expected`: the batcher was told this request is on its way."""
+        batcher = self._batcher
         if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
+            if expected:
+                batcher.unexpect()
             return
         try:
-            record = self.prepare(request)
-            if time.monotonic() > deadline:
-                raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
+            try:
+                record = self.prepare(request)
+                if time.monotonic() > deadline:
+                    raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
+            except BaseException:
+                if expected:
+                    batcher.unexpect()
+                raise
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
             record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
-            queued = self._batcher.submit(record, deadline)
+            queued = batcher.submit(record, deadline, expected=expected)
         except BaseException as exc:  # every request ends: its own error, never a hang
             outcome.set_exception(exc)
             return

@@ -85,3 +85,31 @@ def test_text_chars_counts_strings_keys_and_scalars_and_stops_early():
     assert text_chars("abc", 100) == 3
     assert text_chars({"ab": ["cd", 12, 1.5, True]}, 100) == 2 + 2 + 2 + 3 + 4
     assert text_chars(["x" * 10] * 1000, 25) <= 40        # stops soon after passing the limit
+
+
+@pytest.fixture(scope="module")
+def patient_engine(tiny_dir):
+    """max_wait_ms of an hour: any request that waited for company would time out below."""
+    engine = DecisionEngine(EngineConfig(model_path=str(tiny_dir), max_wait_ms=3_600_000)).start()
+    yield engine
+    engine.stop()
+
+
+@pytest.mark.parametrize("kind", ["text", "image", "corrupt image", "unknown model"])
+def test_a_lone_request_never_waits_for_company(patient_engine, kind):
+    body = {"state": "Short ticket.", "questions": QUESTIONS}
+    if kind == "unknown model":
+        body["model"] = "gpt-9"
+    if kind.endswith("image"):
+        data = image_bytes("PNG")[:40] if kind == "corrupt image" else image_bytes("PNG")
+        body["images"] = ["data:image/png;base64," + base64.b64encode(data).decode()]
+    future = patient_engine.submit(parse_request(body, patient_engine.config))
+    if kind in ("corrupt image", "unknown model"):
+        with pytest.raises(Exception) as failure:
+            future.result(WAIT_S)
+        assert not isinstance(failure.value, TimeoutError)
+    else:
+        assert set(future.result(WAIT_S).answers) == set(QUESTIONS)
+    assert patient_engine.batcher._expected == 0     # every announcement was settled
+    text = patient_engine.submit(parse_request({"state": "next", "questions": QUESTIONS}, patient_engine.config))
+    assert set(text.result(WAIT_S).answers) == set(QUESTIONS)

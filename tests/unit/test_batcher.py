@@ -267,3 +267,58 @@ def test_on_batch_reports_sizes_and_waits_and_a_broken_hook_does_not_stop_the_wo
 def test_invalid_limits_are_refused():
     with pytest.raises(ValueError):
         MicroBatcher(Recorder(), cost_of, max_batch_records=0, max_batch_tokens=10, max_wait_ms=0, max_queue=4)
+
+
+# ---------------------------------------------------------------- waiting only for announced items
+HOUR_MS = 3_600_000   # a wait this long would show up as a timed-out result(), never as a slow pass
+
+
+def test_expecting_mode_runs_a_lone_item_at_once_despite_a_long_max_wait():
+    rec = Recorder()
+    b = make(rec, max_batch_records=8, max_wait_ms=HOUR_MS, wait_only_while_expecting=True)
+    assert b.submit("a").result(WAIT) == "done:a"
+    plain = make(Recorder(), max_batch_records=8, max_wait_ms=HOUR_MS)
+    waiting = plain.submit("a")
+    with pytest.raises(TimeoutError):
+        waiting.result(0.3)            # the plain mode does wait for company: the test above has teeth
+    plain.stop(drain=False)
+    b.stop()
+
+
+def test_expecting_mode_waits_for_an_announced_item_and_batches_it():
+    rec = Recorder()
+    b = make(rec, max_batch_records=8, max_wait_ms=HOUR_MS, wait_only_while_expecting=True)
+    b.expect()
+    first = b.submit("a")
+    with pytest.raises(TimeoutError):
+        first.result(0.3)              # held back: "b" is announced and still being prepared
+    second = b.submit("b", expected=True)
+    assert (first.result(WAIT), second.result(WAIT)) == ("done:a", "done:b")
+    assert rec.batches == [["a", "b"]]
+    b.stop()
+
+
+def test_expecting_mode_stops_waiting_when_the_announced_item_will_not_come():
+    rec = Recorder()
+    b = make(rec, max_batch_records=8, max_wait_ms=HOUR_MS, wait_only_while_expecting=True)
+    b.expect()
+    first = b.submit("a")
+    with pytest.raises(TimeoutError):
+        first.result(0.3)
+    b.unexpect()                       # its decoding failed
+    assert first.result(WAIT) == "done:a"
+    b.stop()
+
+
+def test_an_expected_item_that_is_refused_still_settles_its_announcement():
+    rec = Recorder()
+    b = make(rec, max_batch_records=8, max_queue=1, max_wait_ms=HOUR_MS, wait_only_while_expecting=True)
+    gate = hold_worker(b, rec)
+    x = b.submit("x")                  # fills the queue
+    b.expect()
+    with pytest.raises(Overloaded):
+        b.submit("y", expected=True)   # refused, but no longer announced
+    rec.gate_open.set()
+    assert gate.result(WAIT) == "done:gate"
+    assert x.result(WAIT) == "done:x"  # "x" did not wait an hour for "y"
+    b.stop()
