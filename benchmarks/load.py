@@ -5,9 +5,9 @@ ON (the shipped defaults: up to 8 records / 16k tokens, 5 ms max wait) and OFF (
 same request list (default 400 requests, 16 in flight, a mix of text / image / audio System One requests in Clef
 JSON form) after a warm-up, in rounds that alternate ON and OFF so load from other processes on a shared machine
 hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios on/off.
-Then HTTP overhead for small requests: sequential small text requests to the OFF server, from httpx and from the
-standard library's http.client, interleaved one by one with in-process `DecisionEngine.decide` on the same
-checkpoint (median latency ratio per client, plus the server's own Server-Timing stages).
+Then HTTP overhead for small requests: sequential small text requests to the OFF server from httpx and from the
+standard library's http.client, and to the ON server from http.client, taking turns one by one with in-process
+`DecisionEngine.decide` on the same checkpoint (median latency ratio per way, plus the server's own stages).
 
 Last, the micro-batcher alone (no HTTP, no model): a simulated launch-bound device whose batch costs
 `--sim-batch-ms` + `--sim-record-ms` per record (GPU-like: a batch of 8 costs little more than 1), same
@@ -129,12 +129,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def overhead(url: str, model: str | None, body: dict, n: int, torch_threads: int = 1) -> dict:
-    """Median latency of one small request over HTTP (batching off) vs in-process decide, interleaved.
+def overhead(urls: dict[str, str], model: str | None, body: dict, n: int, torch_threads: int = 1) -> dict:
+    """Median latency of one small request over HTTP vs in-process decide, the ways taking turns one by one.
 
-    Two HTTP clients take turns with the in-process call, each on one keep-alive connection: httpx (what the
-    load above uses; about 0.5 ms of its own per request here) and the standard library's http.client (a lean
-    client, closer to what the service itself adds). Each gets its own ratio against the same in-process runs.
+    To the batching OFF server, two clients, each on one keep-alive connection: httpx (what the load above uses;
+    about 1.5 ms of its own per request here) and the standard library's http.client (a lean client, closer to what
+    the service itself adds). Also http.client to the batching ON server (the shipped default), where a lone
+    request must not wait for company. Each gets its own ratio against the same in-process runs.
     """
     import http.client
 
@@ -145,26 +146,27 @@ def overhead(url: str, model: str | None, body: dict, n: int, torch_threads: int
     engine = DecisionEngine(EngineConfig(model_path=model, torch_threads=torch_threads)).load()
     payload = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
-    times: dict[str, list[float]] = {"httpx": [], "stdlib": [], "in_process": []}
-    stages = []
-    lean = http.client.HTTPConnection(url.removeprefix("http://"), timeout=60)
+    lean = {mode: http.client.HTTPConnection(url.removeprefix("http://"), timeout=60) for mode, url in urls.items()}
 
-    def stdlib_post() -> tuple[int, str, str]:
-        lean.request("POST", "/v1/systemone", body=payload, headers=headers)
-        response = lean.getresponse()
+    def stdlib_post(mode: str) -> tuple[int, str, str]:
+        lean[mode].request("POST", "/v1/systemone", body=payload, headers=headers)
+        response = lean[mode].getresponse()
         return response.status, response.read().decode(), response.getheader("server-timing", "")
 
-    with httpx.Client(base_url=url, timeout=60) as client:
+    stages: dict[str, list[dict[str, float]]] = {"stdlib": [], "stdlib_batching_on": []}
+    with httpx.Client(base_url=urls["batching_off"], timeout=60) as client:
         def httpx_post() -> tuple[int, str, str]:
             r = client.post("/v1/systemone", content=payload, headers=headers)
             return r.status_code, r.text, r.headers.get("server-timing", "")
 
-        calls = {"httpx": httpx_post, "stdlib": stdlib_post,
+        calls = {"httpx": httpx_post, "stdlib": lambda: stdlib_post("batching_off"),
+                 "stdlib_batching_on": lambda: stdlib_post("batching_on"),
                  "in_process": lambda: (200, "", engine.decide(parse_request(body, engine.config)))}
+        times: dict[str, list[float]] = {name: [] for name in calls}
         names = list(calls)
         for i in range(n + 5):  # the first rounds warm caches on both sides
             # rotate the order, so that each way follows each other way equally often
-            for name in names[i % 3:] + names[:i % 3]:
+            for name in names[i % len(names):] + names[:i % len(names)]:
                 t0 = time.perf_counter()
                 status, text, timing = calls[name]()
                 elapsed = time.perf_counter() - t0
@@ -172,16 +174,16 @@ def overhead(url: str, model: str | None, body: dict, n: int, torch_threads: int
                     raise SystemExit(f"overhead request failed: {status} {text}")
                 if i >= 5:
                     times[name].append(elapsed)
-                    if name == "stdlib":
-                        stages.append(server_timing(timing))
-    lean.close()
+                    if name.startswith("stdlib"):
+                        stages[name].append(server_timing(timing))
+    for connection in lean.values():
+        connection.close()
     p50 = {name: statistics.median(values) * 1e3 for name, values in times.items()}
     out = {"requests": n, **{f"{name}_p50_ms": round(ms, 2) for name, ms in p50.items()},
-           "server_stages_p50_ms": {k: round(statistics.median(s[k] for s in stages), 2) for k in stages[0]}}
-    for client_name in ("httpx", "stdlib"):
-        out[f"ratio_{client_name}"] = round(p50[client_name] / p50["in_process"], 2)
-        out[f"added_ms_p50_{client_name}"] = round(statistics.median(
-            h - loc for h, loc in zip(times[client_name], times["in_process"])) * 1e3, 2)
+           **{f"server_stages_p50_ms_{name}": {k: round(statistics.median(s[k] for s in rows), 2) for k in rows[0]}
+              for name, rows in stages.items()}}
+    for name in ("httpx", "stdlib", "stdlib_batching_on"):
+        out[f"ratio_{name}"] = round(p50[name] / p50["in_process"], 2)
     return out
 
 
@@ -260,7 +262,8 @@ def main() -> int:
                                                                  args.concurrency))
                 total = data[mode]
                 data[mode] = (total[0] + latencies, total[1] + statuses, total[2] + wall)
-        over = overhead(servers["batching_off"][1], args.model, small, args.overhead_requests, args.torch_threads)
+        over = overhead({mode: url for mode, (_, url) in servers.items()}, args.model, small, args.overhead_requests,
+                        args.torch_threads)
     finally:
         for proc, _ in servers.values():
             stop_server(proc)
@@ -275,6 +278,7 @@ def main() -> int:
                "p50_ratio_on_off": round(on["p50_ms"] / off["p50_ms"], 2),
                "p99_ratio_on_off": round(on["p99_ms"] / off["p99_ms"], 2),
                "http_overhead_ratio_httpx": over["ratio_httpx"], "http_overhead_ratio_stdlib": over["ratio_stdlib"],
+               "http_overhead_ratio_stdlib_batching_on": over["ratio_stdlib_batching_on"],
                "batcher_only_throughput_ratio_on_off": simulated["throughput_ratio_on_off"], "loadavg_1m_after": round(os.getloadavg()[0], 2)}
     print(json.dumps({"summary": summary}))
     errors = {m: {s: c for s, c in r["statuses"].items() if s != 200} for m, r in results.items()}
