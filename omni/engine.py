@@ -216,25 +216,23 @@ class DecisionEngine:
                            expected: bool) -> None:
         """Prepare, then queue for the model. `expected`: the batcher was told this request is on its way."""
         batcher = self._batcher
-        if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
-            if expected:
-                batcher.unexpect()
-            return
+        announced = expected                             # an announcement this request must still settle
         try:
-            try:
-                record = self.prepare(request)
-                if time.monotonic() > deadline:
-                    raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
-            except BaseException:
-                if expected:
-                    batcher.unexpect()
-                raise
+            if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
+                return
+            record = self.prepare(request)
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
             record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
+            announced = False                            # submit settles it, even when it refuses the record
             queued = batcher.submit(record, deadline, expected=expected)
         except BaseException as exc:  # every request ends: its own error, never a hang
             outcome.set_exception(exc)
             return
+        finally:
+            if announced:
+                batcher.unexpect()
         queued_at = time.perf_counter()
 
         def transfer(done: Future) -> None:
@@ -248,7 +246,6 @@ class DecisionEngine:
             outcome.set_result(decision)
 
         queued.add_done_callback(transfer)
-
 
 
 def text_chars(value, limit: int) -> int:

@@ -93,62 +93,17 @@ class JointSchemaHead(nn.Module):
     def forward(self, hidden: torch.Tensor, input_ids: torch.Tensor, lexical_table: torch.Tensor,
                 spans: RecordSpans) -> list[torch.Tensor]:
         """One record. hidden [T, H] (final-norm output), input_ids [T], lexical_table [V, H] → per question [n_i] logits."""
-        dtype = self.hidden_norm.weight.dtype
-        h = self.hidden_norm(hidden.to(dtype))                                          # [T, H]
-        memory = self.memory_projection(h)                                              # [T, W]
-        last = h[-1]                                                                     # g: [H]
-        question_vectors = span_means(h, spans.question_spans)                          # [Q, H]
-        flat_option_spans = [s for q in spans.option_spans for s in q]
-        option_context = span_means(h, flat_option_spans)                               # [N, H]
-        # l_ij: mean of lm_head rows over the option's tokens; gather only those rows, never [T, H] of them
-        index, segment, lengths = span_layout(flat_option_spans, input_ids.device)
-        lexical_rows = lexical_table[input_ids[index].to(lexical_table.device)].to(h.device, dtype)
-        option_lexical = segment_means(lexical_rows, segment.to(h.device), lengths.to(h.device))  # [N, H]
-        counts = [len(q) for q in spans.option_spans]
-        owner = torch.repeat_interleave(torch.arange(len(counts), device=h.device),
-                                        torch.tensor(counts, device=h.device))           # question index per option
-
-        routes = (self.option_context_projection(option_context) + self.option_lexical_projection(option_lexical)
-                  + self.option_question_projection(question_vectors)[owner])            # [N, W]
-        routes = routes[None]
-        memory_b = memory[None]
-        for layer in self.evidence_layers:
-            routes = layer(routes, memory_b)
-        routes = routes[0]                                                               # [N, W]
-
-        question_keys = self.question_projection(question_vectors)                      # b: [Q, W]
-        types = torch.tensor(spans.question_types, device=h.device)
-        fields = []
-        for i, rows in enumerate(torch.split(routes, counts)):
-            weights = torch.softmax(rows @ question_keys[i] / math.sqrt(self.width), dim=0)
-            fields.append(self.option_summary_norm(weights @ rows))
-        fields = (question_keys + torch.stack(fields) + self.global_projection(last)[None]
-                  + self.type_embedding(types))                                          # F: [Q, W]
-        fields = fields[None]
-        for layer in self.layers:
-            fields = layer(fields, memory_b)
-        fields = self.field_norm(fields[0])                                              # [Q, W]
-
-        anchors = F.normalize(question_vectors + last[None], dim=-1, eps=1e-12)          # n(q_i + g): [Q, H]
-        prior = (F.normalize(option_lexical, dim=-1, eps=1e-12) * anchors[owner]).sum(-1)
-        prior = torch.exp(self.prior_logit_scale.clamp(max=_MAX_LOG_SCALE)) * prior     # [N]
-        options = self.option_norm(routes)                                               # o: [N, W]
-        field_rows = fields[owner]
-        joint = torch.exp(self.joint_logit_scale.clamp(max=_MAX_LOG_SCALE)) * F.cosine_similarity(
-            field_rows, options, dim=-1, eps=1e-8)
-        pair = torch.cat([field_rows, options, field_rows * options, (field_rows - options).abs()], dim=-1)
-        joint = joint + self.residual_scorer(pair)[:, 0]
-        logits = prior + torch.sigmoid(self.residual_gate) * joint                      # [N]
-        return list(torch.split(logits, counts))
+        return self.forward_batch(hidden[None], [hidden.shape[0]], input_ids[None], lexical_table, [spans])[0]
 
     def forward_batch(self, hidden: torch.Tensor, lengths: list[int], input_ids: torch.Tensor,
                       lexical_table: torch.Tensor, spans: list[RecordSpans]) -> list[list[torch.Tensor]]:
-        """Several records at once, the same math as `forward` per record (equal up to float rounding).
+        """Several records at once; each record's logits equal its one-record pass (up to float rounding).
 
         hidden [B, L, H] right-padded (row b is real for its first lengths[b] positions), input_ids [B, L] →
         per record, per question [n_i] logits. Each step runs once for the whole batch instead of once per record:
         spans are shifted into the flattened [B·L] rows, options and fields are padded to the batch's largest record
         and padding is excluded with key-padding masks (it is never attended to, so it changes no real row).
+        Without padding (one record, or equal shapes) no mask is passed.
         """
         if len(lengths) != hidden.shape[0] or len(spans) != hidden.shape[0]:
             raise ValueError("hidden, lengths and spans must describe the same records")
@@ -158,6 +113,7 @@ class JointSchemaHead(nn.Module):
         memory = self.memory_projection(h)                                              # [B, L, W]
         lengths_t = torch.tensor(lengths, device=device)
         memory_padding = torch.arange(L, device=device)[None] >= lengths_t[:, None]       # [B, L] True = padding
+        memory_padding = memory_padding if min(lengths) < L else None                  # none: MHA's fast path
         flat = h.reshape(B * L, -1)
         last = flat[torch.arange(B, device=device) * L + lengths_t - 1]                 # g per record: [B, H]
         shifted = [s.shifted(b * L) for b, s in enumerate(spans)]
@@ -192,7 +148,7 @@ class JointSchemaHead(nn.Module):
         fields = question_keys + summaries + self.global_projection(last)[question_record] + self.type_embedding(types)
         fields_b, fields_real = _pad_rows(fields, questions_per_record)                 # [B, maxQ, W]
         for layer in self.layers:
-            fields_b = layer(fields_b, memory, tgt_key_padding_mask=~fields_real,
+            fields_b = layer(fields_b, memory, tgt_key_padding_mask=None if fields_real.all() else ~fields_real,
                              memory_key_padding_mask=memory_padding)
         fields = self.field_norm(fields_b[fields_real])                                 # [Q, W]
 
