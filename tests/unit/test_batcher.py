@@ -285,13 +285,19 @@ def test_expecting_mode_runs_a_lone_item_at_once_despite_a_long_max_wait():
     b.stop()
 
 
-def test_expecting_mode_waits_for_an_announced_item_and_batches_it():
+def held_back_by_an_announcement():
+    """A batcher in expecting mode with "a" queued while one more item is announced: "a" is held back."""
     rec = Recorder()
     b = make(rec, max_batch_records=8, max_wait_ms=HOUR_MS, wait_only_while_expecting=True)
     b.expect()
     first = b.submit("a")
     with pytest.raises(TimeoutError):
-        first.result(0.3)              # held back: "b" is announced and still being prepared
+        first.result(0.3)              # held back: the announced item is still being prepared
+    return rec, b, first
+
+
+def test_expecting_mode_waits_for_an_announced_item_and_batches_it():
+    rec, b, first = held_back_by_an_announcement()
     second = b.submit("b", expected=True)
     assert (first.result(WAIT), second.result(WAIT)) == ("done:a", "done:b")
     assert rec.batches == [["a", "b"]]
@@ -299,12 +305,7 @@ def test_expecting_mode_waits_for_an_announced_item_and_batches_it():
 
 
 def test_expecting_mode_stops_waiting_when_the_announced_item_will_not_come():
-    rec = Recorder()
-    b = make(rec, max_batch_records=8, max_wait_ms=HOUR_MS, wait_only_while_expecting=True)
-    b.expect()
-    first = b.submit("a")
-    with pytest.raises(TimeoutError):
-        first.result(0.3)
+    _, b, first = held_back_by_an_announcement()
     b.unexpect()                       # its decoding failed
     assert first.result(WAIT) == "done:a"
     b.stop()
