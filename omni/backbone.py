@@ -104,10 +104,10 @@ def _check_loading_info(info: dict) -> None:
 
 @dataclass
 class BackboneBatch:
-    """Right-padded inputs of several records. input_ids [B, L]; attention_mask [B, L]; position_ids [3, B, L]."""
+    """Right-padded inputs of several records. input_ids [B, L]; position_ids [3, B, L]; row b is real for its
+    first lengths[b] positions (no attention mask is needed: see `padded_hidden_states`)."""
 
     input_ids: torch.Tensor
-    attention_mask: torch.Tensor
     position_ids: torch.Tensor
     lengths: list[int]
     media: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -171,16 +171,14 @@ class Backbone:
         lengths = [int(ids.numel()) for ids, _, _ in records]
         width = max(lengths)
         input_ids = torch.zeros(len(records), width, dtype=torch.long)
-        attention_mask = torch.zeros(len(records), width, dtype=torch.long)
         position_ids = torch.zeros(3, len(records), width, dtype=torch.long)
         for row, (ids, positions, _) in enumerate(records):
             n = lengths[row]
             input_ids[row, :n] = ids
-            attention_mask[row, :n] = 1
             position_ids[:, row, :n] = positions[:, 0]
             # pads continue the sequence; they sit after every real token, so causal attention never sees them
             position_ids[:, row, n:] = positions.max() + 1 + torch.arange(width - n)
-        return BackboneBatch(input_ids, attention_mask, position_ids, lengths, _concat_media([m for _, _, m in records]))
+        return BackboneBatch(input_ids, position_ids, lengths, _concat_media([m for _, _, m in records]))
 
     def hidden_states(self, batch: BackboneBatch) -> list[torch.Tensor]:
         """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H]."""
