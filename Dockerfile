@@ -32,7 +32,7 @@ COPY omni ./omni
 COPY preprocess ./preprocess
 COPY api ./api
 COPY fixtures ./fixtures
-RUN pip install ".[serve]" && python -c "import api.server, omni.engine, preprocess"
+RUN pip install ".[serve]" && python -c "import api.cli.serve, omni.serve.engine, preprocess"
 
 # Non-root; its home holds the HF cache (hub ids) and the tiny default (built on first use without a model).
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin omni && mkdir -p /models && chown omni /models

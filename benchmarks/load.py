@@ -43,7 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-OMNI = "import sys; from api.cli import main; sys.exit(main())"  # what the `omni` console script runs
+OMNI = "import sys; from api.cli.main import main; sys.exit(main())"  # what the `omni` console script runs
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
              "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
@@ -139,9 +139,9 @@ def overhead(urls: dict[str, str], model: str | None, body: dict, n: int, torch_
     """
     import http.client
 
-    from omni.config import EngineConfig
-    from omni.engine import DecisionEngine
-    from omni.request import parse_request
+    from omni.contract.config import EngineConfig
+    from omni.serve.engine import DecisionEngine
+    from omni.contract.request import parse_request
 
     engine = DecisionEngine(EngineConfig(model_path=model, torch_threads=torch_threads)).load()
     payload = json.dumps(body).encode()
@@ -197,7 +197,7 @@ def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_m
     """MicroBatcher throughput with a sleep() 'device': `concurrency` submitters, each waiting for its answer."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from omni.batcher import MicroBatcher
+    from omni.serve.batcher import MicroBatcher
 
     def device(items: list) -> list:
         time.sleep((batch_ms + record_ms * len(items)) / 1000)

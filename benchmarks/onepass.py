@@ -1,7 +1,7 @@
 """onepass: what answering N typed questions in ONE prefill buys over the two obvious alternatives.
 
 For 1, 8 and 64 moderation-style questions (a mix of noul / choice / score) about one ~500-token state, on a small
-random Qwen3-Omni MoE checkpoint written by `omni.tiny.write_checkpoint` into a temp dir, it times
+random Qwen3-Omni MoE checkpoint written by `omni.model.tiny.write_checkpoint` into a temp dir, it times
 
   (a) joint   — one `DecisionEngine.decide` with every question (the product path: one prefill + the joint head);
   (b) split   — one `decide` per question, each request holding that question alone (the honest per-question
@@ -45,13 +45,13 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omni.answers import build_answers
-from omni.config import EngineConfig
-from omni.engine import DecisionEngine
-from omni.head import option_probabilities
-from omni.request import parse_request
-from omni.tiny import write_checkpoint
-from omni.types import DecisionRequest
+from omni.contract.answers import build_answers
+from omni.contract.config import EngineConfig
+from omni.serve.engine import DecisionEngine
+from omni.model.head import option_probabilities
+from omni.contract.request import parse_request
+from omni.model.tiny import write_checkpoint
+from omni.contract.types import DecisionRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onepass_workload import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from omni.prompt import render
+from omni.model.prompt import render
 
 # ≥256 hidden, ≥4 layers, ≥8 experts; mrope_section sums to head_dim / 2.
 TEXT = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, head_dim=32,

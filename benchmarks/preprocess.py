@@ -14,7 +14,7 @@ the same clip also goes, in a subprocess with that interpreter, through
       without fps (what the model card shows);
 and the ratios ref/ours, token counts and the agreement of our tensors with (1) are printed, measured in this run.
 
-Knows nothing of the decision core beyond `omni.tiny.build_tokenizer` (a tokenizer for the reference processor).
+Knows nothing of the decision core beyond `omni.model.tiny.build_tokenizer` (a tokenizer for the reference processor).
 
     .venv/bin/python benchmarks/preprocess.py [--rounds 3] [--seconds 21] [--ref-python /work/refenv/bin/python]
 """
@@ -207,7 +207,7 @@ def main() -> None:
     ids = IDS
     tokenizer = None
     if args.ref_python:
-        from omni.tiny import build_tokenizer
+        from omni.model.tiny import build_tokenizer
 
         tokenizer = build_tokenizer()
         ids = PlaceholderIds.from_tokenizer(tokenizer)

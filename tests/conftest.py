@@ -30,14 +30,14 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
-    from omni.tiny import write_checkpoint
+    from omni.model.tiny import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_dir):
-    from omni.config import EngineConfig
-    from omni.engine import DecisionEngine
+    from omni.contract.config import EngineConfig
+    from omni.serve.engine import DecisionEngine
 
     return DecisionEngine(EngineConfig(model_path=str(tiny_dir))).load()

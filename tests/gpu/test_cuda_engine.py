@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from fixtures.media import image_bytes, video_bytes, wav_bytes
-from omni.config import EngineConfig
-from omni.engine import DecisionEngine
-from omni.request import parse_request
+from omni.contract.config import EngineConfig
+from omni.serve.engine import DecisionEngine
+from omni.contract.request import parse_request
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

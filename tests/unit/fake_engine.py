@@ -12,11 +12,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from omni.batcher import MicroBatcher
-from omni.config import EngineConfig
-from omni.engine import DecisionEngine
-from omni.errors import DeadlineExceeded, NotReady, Overloaded
-from omni.types import Decision, DecisionRequest, Usage
+from omni.serve.batcher import MicroBatcher
+from omni.contract.config import EngineConfig
+from omni.serve.engine import DecisionEngine
+from omni.contract.errors import DeadlineExceeded, NotReady, Overloaded
+from omni.contract.types import Decision, DecisionRequest, Usage
 from preprocess.errors import CorruptMedia, MediaTooLarge, UnsupportedMedia
 
 MAGIC = {"image": b"\x89PNG\r\n\x1a\n", "audio": b"RIFF\x00\x00\x00\x00WAVE", "video": b"\x00\x00\x00\x18ftypmp42"}
@@ -180,7 +180,7 @@ def body(state="Fan rattles.", **extra) -> dict:
 
 
 def settings_with(**values):
-    from api.settings import Settings
+    from api.http.settings import Settings
 
     return Settings().with_values(values)
 
@@ -205,7 +205,7 @@ class served:
     def __init__(self, engine: FakeEngine | None = None, wait: bool = True, **settings):
         from fastapi.testclient import TestClient
 
-        from api.app import create_app
+        from api.http.app import create_app
 
         self.settings = settings_with(**settings)
         self.engine = engine or FakeEngine(self.settings.engine)

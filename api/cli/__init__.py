@@ -1,0 +1,1 @@
+"""api.cli: the `omni` command line (decide, make-tiny, serve, eval, calibrate, finetune)."""

@@ -1,0 +1,190 @@
+"""`omni eval`, `omni calibrate` and `omni finetune`: argv → labelled dataset + engine → reports and checkpoints.
+
+An edge like `api/cli.py` (which wires these three subcommands): parses flags, loads the model through
+`DecisionEngine` (so the tiny default, hub ids and strict loading behave as in `omni decide`), and hands the work to
+`omni.learn.evaluation`, `omni.model.calibration` and `omni.learn.training`. Knows nothing of model internals or HTTP.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data", help="labelled dataset: JSONL, one System One request with `labels` per line")
+    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny default)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--batch-size", type=int, default=4, help="records per forward pass (default 4)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _engine(args: argparse.Namespace):
+    """A loaded DecisionEngine for the flags (calibration is applied explicitly by the callers, never twice)."""
+    import torch
+
+    from omni.contract.config import EngineConfig
+    from omni.serve.engine import DecisionEngine
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
+    return DecisionEngine(config).load()
+
+
+def _records(args: argparse.Namespace, engine, path: str | None = None):
+    from omni.learn.dataset import load_dataset
+
+    return load_dataset(path or args.data, engine.config)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------------------ eval
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+    parser.add_argument("--out", required=True, help="report directory (metrics.json, report.md, PNGs)")
+    parser.add_argument("--target-precision", type=float, default=0.95,
+                        help="precision the auto-decision threshold must reach (default 0.95)")
+    parser.add_argument("--calibration", action="store_true",
+                        help="apply the checkpoint's calibration.json (refused if fitted for another checkpoint)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from omni.model.calibration import CalibrationError, load_calibration
+    from omni.learn.evaluation import collect_logits, compute_metrics, write_report
+
+    engine = _engine(args)
+    calibration = load_calibration(engine.checkpoint_dir) if args.calibration else None
+    if args.calibration and calibration is None:
+        raise CalibrationError(f"--calibration: {engine.checkpoint_dir} has no calibration.json "
+                               "(fit one with `omni calibrate`)")
+    records = _records(args, engine)
+    scored = collect_logits(engine.model, lambda r: engine.prepare(r.request), records, args.batch_size,
+                            not args.quiet, "evaluating", args.data)
+    result, groups, pooled = compute_metrics(scored, calibration, args.target_precision)
+    result["meta"] = {"model": str(engine.checkpoint_dir), "dataset": str(args.data), "records": len(records),
+                      "labelled questions": len(scored), "calibration": "on" if calibration else "off"}
+    out = write_report(result, groups, pooled, scored, args.out, calibration, plots=not args.no_plots)
+    print(format_summary(result))
+    _say(f"omni: wrote {out / 'metrics.json'}, {out / 'report.md'} and figures")
+    return 0
+
+
+def format_summary(result: dict) -> str:
+    """A plain-text table of the per-question and per-type headline numbers."""
+    lines = [(f"{'question':<24} {'type':<7} {'n':>5} {'acc':>6} {'F1':>6} {'NLL':>7} {'Brier':>6} {'ECE':>6} "
+             f"{'thresh':>6} {'cover':>6}")]
+    rows = list(result["questions"].items()) + [(f"[{k}]", {**v, "type": ""}) for k, v in result["types"].items()]
+    for name, m in rows:
+        t = m["precision_threshold"]
+        threshold = "-" if t["threshold"] is None else f"{t['threshold']:.3f}"
+        lines.append(f"{name[:24]:<24} {m['type']:<7} {m['count']:>5} {m['accuracy']:>6.3f} {m['macro_f1']:>6.3f} "
+                     f"{m['nll']:>7.4f} {m['brier']:>6.3f} {m['ece']:>6.3f} {threshold:>6} {t['coverage']:>6.3f}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------- calibrate
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+    parser.add_argument("--out", default=None, help="where to write calibration.json (default: the model directory)")
+    parser.add_argument("--min-samples", type=int, default=20,
+                        help="groups (question type × option-count band) with fewer labels keep temperature 1")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from omni.learn import metrics
+    from omni.model.calibration import checkpoint_fingerprint, fit_calibration, save_calibration
+    from omni.learn.evaluation import collect_logits, compute_metrics
+
+    engine = _engine(args)
+    records = _records(args, engine)
+    scored = collect_logits(engine.model, lambda r: engine.prepare(r.request), records, args.batch_size,
+                            not args.quiet, "scoring", args.data)
+    calibration = fit_calibration(((s.question_type, s.logits, s.label) for s in scored),
+                                  checkpoint_fingerprint(engine.checkpoint_dir), args.min_samples)
+    path = save_calibration(calibration, Path(args.out) if args.out else engine.checkpoint_dir)
+    before, after = (compute_metrics(scored, c)[0]["types"]["all"] for c in (None, calibration))
+    for key, detail in calibration.details.items():
+        temperature = f"T = {detail['temperature']:.3f}" if detail["fitted"] else "not fitted (too few samples)"
+        if detail.get("at_bound"):
+            temperature += " (search bound: labels separable)"
+        print(f"{key:<14} n = {detail['samples']:<6} {temperature:<30} NLL {detail['nll_before']:.4f} → "
+              f"{detail['nll_after']:.4f}")
+    print(f"{'all':<14} NLL {before['nll']:.4f} → {after['nll']:.4f}, ECE ({metrics.ECE_BINS} bins) "
+          f"{before['ece']:.4f} → {after['ece']:.4f}")
+    if any(d.get("at_bound") for d in calibration.details.values()):
+        _say("omni: warning: a temperature sits at its search bound — the model separates these labels perfectly, "
+             "so the fit cannot tell how sure it should be; calibrate on harder (or more) data")
+    _say(f"omni: wrote {path} (bound to this checkpoint; serving applies it only when calibration is switched on)")
+    return 0
+
+
+# -------------------------------------------------------------------------------------------------- finetune
+def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
+    from omni.learn.training import TRAINING_MODES, TrainingConfig
+
+    d = TrainingConfig()
+    _add_common(parser)
+    parser.add_argument("--out", required=True, help="output checkpoint directory (the released layout)")
+    parser.add_argument("--mode", choices=TRAINING_MODES, default=d.mode,
+                        help="head: the joint-schema head only; lora: + LoRA adapters on the thinker (merged on "
+                        "save; needs peft); full: + every thinker weight (small models only)")
+    parser.add_argument("--epochs", type=int, default=d.epochs)
+    parser.add_argument("--lr", type=float, default=d.learning_rate, help="head learning rate")
+    parser.add_argument("--backbone-lr", type=float, default=d.backbone_learning_rate,
+                        help="learning rate of the LoRA adapters / thinker")
+    parser.add_argument("--validation", default=None, help="a separate labelled validation dataset")
+    parser.add_argument("--validation-fraction", type=float, default=d.validation_fraction,
+                        help="share of DATA held out for validation when --validation is not given")
+    parser.add_argument("--patience", type=int, default=d.patience_epochs,
+                        help="stop after this many epochs without a better validation NLL")
+    parser.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
+    parser.add_argument("--brier-weight", type=float, default=d.brier_weight)
+    parser.add_argument("--no-augment", action="store_true",
+                        help="keep question order and choice option ids as written")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--lora-rank", type=int, default=d.lora_rank)
+    parser.add_argument("--lora-alpha", type=float, default=d.lora_alpha)
+    parser.add_argument("--no-media-cache", action="store_true",
+                        help="encode media again at every step instead of keeping them in memory")
+    parser.add_argument("--restart", action="store_true", help="ignore a training_state.pt left in --out")
+    parser.add_argument("--keep-state", action="store_true", help="keep training_state.pt after finishing")
+    parser.set_defaults(batch_size=d.batch_records)     # records per optimizer step (default 8)
+
+
+def training_config_from_args(args: argparse.Namespace):
+    from omni.learn.training import TrainingConfig
+
+    return TrainingConfig(mode=args.mode, epochs=args.epochs, batch_records=args.batch_size, learning_rate=args.lr,
+                          backbone_learning_rate=args.backbone_lr, validation_fraction=args.validation_fraction,
+                          patience_epochs=args.patience, label_smoothing=args.label_smoothing,
+                          brier_weight=args.brier_weight, augment=not args.no_augment, seed=args.seed,
+                          lora_rank=args.lora_rank, lora_alpha=args.lora_alpha,
+                          cache_media=not args.no_media_cache)
+
+
+def run_finetune(args: argparse.Namespace) -> int:
+    from omni.learn.training import finetune
+
+    config = training_config_from_args(args)
+    engine = _engine(args)
+    records = _records(args, engine)
+    validation = _records(args, engine, args.validation) if args.validation else None
+    try:
+        summary = finetune(engine.model, engine.checkpoint_dir, records, args.out, config, validation,
+                           engine.config.media, restart=args.restart, keep_state=args.keep_state,
+                           progress=not args.quiet, log=_say)
+    except ValueError as exc:          # a leftover state of another run, a split too small, an output = input
+        print(f"omni: finetune: {exc}", file=sys.stderr)
+        return 2
+    best = summary["best_validation_nll"]
+    _say(f"omni: best epoch {summary['best_epoch']}"
+         + ("" if best is None else f" (validation NLL {best:.4f})") + f"; wrote {args.out} — use it with "
+         f"`omni decide --model {args.out}` or `omni serve --model {args.out}`")
+    return 0

@@ -1,0 +1,1 @@
+"""api.http: the FastAPI service (app, routes, transport, schemas, the error table, metrics, settings)."""

@@ -1,0 +1,155 @@
+"""`create_app(settings, engine=None)`: the FastAPI application around one DecisionEngine.
+
+Wires the routes, the error table, a request-context middleware (request id on every response, access metrics,
+the 500 fallback) and the lifespan: the engine loads in a background thread so /health answers at once and /ready
+turns 200 when the model is warm; shutdown drains the engine. No module-level app, engine or settings.
+Knows nothing of argv, uvicorn or the environment (see api/settings.py and api/server.py).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.http import schemas
+from api.http.errors import error_payload, handled_classes
+from api.http.metrics import Metrics
+from api.http.routes import ServiceState, router
+from api.http.settings import Settings
+
+log = logging.getLogger("omni.api")
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+VERSION = "0.1.0"
+
+
+def create_app(settings: Settings, engine: Any = None, *,
+               on_load_failure: Callable[[BaseException], None] | None = None,
+               on_loaded: Callable[[], None] | None = None) -> FastAPI:
+    """The app. `engine` defaults to `omni.serve.engine.DecisionEngine(settings.engine)`; it is started (in a thread)
+    at startup unless already ready, and stopped with drain at shutdown. `on_load_failure` lets the server exit;
+    `on_loaded` runs in the loading thread once the engine is ready, before /ready says so."""
+    if engine is None:
+        from omni.serve.engine import DecisionEngine  # lazily: importing api.http.app never loads torch by itself
+        engine = DecisionEngine(settings.engine)
+    svc = ServiceState(settings=settings, engine=engine, metrics=Metrics())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        svc.parse_limiter = anyio.CapacityLimiter(settings.parse_threads)
+        if not engine.ready:
+            threading.Thread(target=_load, args=(svc, on_load_failure, on_loaded), name="engine-load",
+                             daemon=True).start()
+        else:
+            _announce(svc)
+        yield
+        svc.begin_drain()
+        await anyio.to_thread.run_sync(lambda: engine.stop(drain=True))
+        log.info("engine stopped")
+
+    app = FastAPI(title="omni-decide", version=VERSION, lifespan=lifespan,
+                  description="Self-hosted multimodal decisions: TypeSafe System One API, Clef-omni media.")
+    app.state.service = svc
+    app.include_router(router)
+    for cls in handled_classes():
+        app.add_exception_handler(cls, _handle)
+    app.add_middleware(RequestContext, metrics=svc.metrics)
+    app.openapi = lambda: _openapi(app)
+    return app
+
+
+def _load(svc: ServiceState, on_failure: Callable[[BaseException], None] | None,
+          on_loaded: Callable[[], None] | None = None) -> None:
+    try:
+        svc.engine.load()
+        if on_loaded is not None:
+            on_loaded()
+        svc.engine.start()
+    except Exception as exc:  # a missing or broken checkpoint: say so, fail /ready and /health, let the server exit
+        svc.load_error = f"model failed to load: {type(exc).__name__}: {exc}"
+        log.exception("model failed to load")
+        if on_failure is not None:
+            on_failure(exc)
+        return
+    _announce(svc)
+
+
+def _announce(svc: ServiceState) -> None:
+    info = svc.engine.info
+    svc.metrics.set_model(info["name"], bool(info.get("tiny_default")))
+    svc.metrics.watch_batcher(getattr(svc.engine, "batcher", None))
+    tiny = " — the embedded TINY DEMO model (synthetic inspection task only, not real answers; use --model DIR|HUB_ID)" if info.get("tiny_default") else ""
+    log.info("ready: model %r, context %s tokens%s", info["name"], info.get("context_tokens"), tiny)
+
+
+async def _handle(request: Request, exc: Exception) -> JSONResponse:
+    status, body, headers = error_payload(exc, _request_id(request.scope),
+                                          getattr(request.state, "media_origins", None))
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _request_id(scope: Scope) -> str:
+    return scope.setdefault("state", {}).get("request_id") or "unknown"
+
+
+class RequestContext:
+    """Pure ASGI middleware: request id (the caller's `x-request-id` if sane, else a new one) on every response,
+    access metrics by route template, and a 500 with the request id (no internals) for anything unhandled."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        supplied = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")
+        request_id = supplied if _CLIENT_ID.match(supplied) else uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["started_at"] = time.monotonic()
+        status = {"code": 500, "started": False}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"], status["started"] = message["status"], True
+                ids = request_id.encode("latin-1")
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", ids),
+                                      (b"x-typesafe-request-id", ids)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            if status["started"]:
+                log.exception("request %s failed after the response started", request_id)
+                raise
+            code, body, headers = error_payload(exc, request_id)
+            await JSONResponse(body, status_code=code, headers=headers)(scope, receive, send_with_id)
+        finally:
+            self.metrics.observe_request(getattr(scope.get("route"), "path", "unmatched"), status["code"],
+                                         time.monotonic() - state["started_at"])
+
+
+def _openapi(app: FastAPI) -> dict:
+    """Default schema plus the wire models the decision route documents but does not validate with."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    components = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in (schemas.SystemOneRequest, schemas.MultipartRequest):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(schema.pop("$defs", {}))
+        components[model.__name__] = schema
+    app.openapi_schema = spec
+    return spec

@@ -1,0 +1,145 @@
+"""The ONE error table: exception class -> HTTP status, body shape and headers. Nothing else maps errors.
+
+Two body shapes, both with a top-level `request_id`:
+- field faults (something at a place in the body): FastAPI style `{"detail": [{"loc": ["body", ...], "msg", "type"}]}`
+- request faults: TypeSafe style `{"detail": {"error_type": ..., "message": ...}}`
+Client faults are never 5xx; a 500 carries the request id and a fixed message, never the exception text.
+Knows the core's exception classes and Starlette's HTTPException; knows nothing of routes or the model.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from omni.contract.errors import (
+    CheckpointError,
+    ContextTooLong,
+    DeadlineExceeded,
+    InferenceFailed,
+    InvalidRequest,
+    NotReady,
+    Overloaded,
+    UnknownModel,
+)
+from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------- edge errors (raised only in api/)
+class ApiError(Exception):
+    """Base of the errors the HTTP edge raises itself."""
+
+
+class Unauthorized(ApiError):
+    """No Bearer key, or not one of the configured keys."""
+
+
+class BodyTooLarge(ApiError):
+    """The body (as sent, or once decompressed) is over the configured cap."""
+
+
+class UnsupportedContentType(ApiError):
+    """Content-Type or Content-Encoding this server does not read."""
+
+
+# ---------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Rule:
+    status: int | None                      # None: take exc.status_code (Starlette HTTPException)
+    error_type: str
+    field: bool = False                     # True: detail[] with loc; False: detail{error_type, message}
+    message: Callable[[BaseException], str] | None = None   # None: str(exc)
+    headers: Callable[[BaseException], dict[str, str]] | None = None
+
+
+def _retry_after(exc: Overloaded) -> dict[str, str]:
+    seconds = max(0.1, float(getattr(exc, "retry_after_s", 1.0)))
+    return {"Retry-After": str(math.ceil(seconds)), "retry-after-ms": str(int(seconds * 1000))}
+
+
+_INTERNAL = "internal error; quote the request id when reporting it"
+
+TABLE: dict[type[BaseException], Rule] = {
+    Unauthorized: Rule(401, "authentication_error", headers=lambda e: {"WWW-Authenticate": "Bearer"}),
+    BodyTooLarge: Rule(413, "request_too_large"),
+    UnsupportedContentType: Rule(415, "unsupported_media_type"),
+    RequestValidationError: Rule(422, "validation_error", field=True),
+    InvalidRequest: Rule(422, "validation_error", field=True),
+    ContextTooLong: Rule(413, "context_too_long", field=True),
+    MediaError: Rule(422, "media_error", field=True),
+    CorruptMedia: Rule(422, "corrupt_media", field=True),
+    MediaTooLarge: Rule(413, "media_too_large", field=True),
+    UnsupportedMedia: Rule(415, "unsupported_media", field=True),
+    UnknownModel: Rule(400, "api_usage_error"),
+    Overloaded: Rule(429, "rate_limit_error", headers=_retry_after),
+    NotReady: Rule(503, "not_ready", headers=lambda e: {"Retry-After": "5"}),
+    DeadlineExceeded: Rule(504, "timeout"),
+    StarletteHTTPException: Rule(None, "http_error", message=lambda e: str(getattr(e, "detail", "")),
+                                 headers=lambda e: dict(getattr(e, "headers", None) or {})),
+    InferenceFailed: Rule(500, "internal_error"),
+    CheckpointError: Rule(500, "internal_error"),
+    Exception: Rule(500, "internal_error"),     # anything unexpected is a bug: 500, text never shown
+}
+
+_HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 400: "api_usage_error"}
+
+
+def rule_for(exc: BaseException) -> Rule:
+    """The most specific row: the first class of the exception's MRO that the table names."""
+    for cls in type(exc).__mro__:
+        if cls in TABLE:
+            return TABLE[cls]
+    return TABLE[Exception]
+
+
+def handled_classes() -> tuple[type[BaseException], ...]:
+    """Classes to register as FastAPI exception handlers (Exception itself is caught by the request middleware)."""
+    return tuple(cls for cls in TABLE if cls is not Exception)
+
+
+def error_payload(exc: BaseException, request_id: str,
+                  origins: dict[str, str] | None = None) -> tuple[int, dict, dict[str, str]]:
+    """(status, JSON body, headers) for `exc`. `origins` maps media labels to what the caller sent (for messages)."""
+    rule = rule_for(exc)
+    status = rule.status if rule.status is not None else int(getattr(exc, "status_code", 500))
+    headers = rule.headers(exc) if rule.headers else {}
+    if rule.field:
+        detail: object = _field_issues(exc, origins or {})
+    else:
+        error_type = _HTTP_TYPES.get(status, rule.error_type) if rule.status is None else rule.error_type
+        message = rule.message(exc) if rule.message else str(exc)
+        detail = {"error_type": error_type, "message": message}
+    if status == 500:  # a bug or a device fault: log everything, show nothing
+        log.error("request %s failed: %s", request_id, type(exc).__name__, exc_info=exc)
+        detail = {"error_type": "internal_error", "message": f"{_INTERNAL} ({request_id})"}
+    return status, {"detail": detail, "request_id": request_id}, headers
+
+
+def _field_issues(exc: BaseException, origins: dict[str, str]) -> list[dict]:
+    if isinstance(exc, RequestValidationError):
+        return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "value_error")}
+                for e in exc.errors()]
+    if isinstance(exc, InvalidRequest):
+        return [{"loc": ["body", *i.loc], "msg": i.msg, "type": i.type} for i in exc.issues]
+    if isinstance(exc, MediaError):
+        msg = exc.detail
+        if exc.label in origins:
+            msg = f"{msg} (sent as {origins[exc.label]})"
+        return [{"loc": ["body", *label_loc(exc.label)], "msg": msg, "type": exc.type}]
+    return [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]
+
+
+_LABEL = re.compile(r"^([A-Za-z_][\w-]*)\[(\d+)\]$")
+
+
+def label_loc(label: str) -> list:
+    """'videos[1]' -> ['videos', 1]; anything else -> [label]."""
+    m = _LABEL.match(label or "")
+    return [m.group(1), int(m.group(2))] if m else [label]

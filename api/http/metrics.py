@@ -1,0 +1,88 @@
+"""Prometheus metrics of one app instance (own registry, so several apps can live in one process, e.g. tests).
+
+Requests by route and status, HTTP latency, per-stage latency (parse at the edge; decode / queue / forward from the
+engine's `Decision.timings_ms`), batch sizes, input tokens by modality, requests in flight.
+Knows nothing of FastAPI routes or the model beyond the Decision fields it reads.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from omni.contract.types import Decision
+
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+STAGES = ("decode", "queue", "forward")
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("omni_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.request_seconds = Histogram("omni_request_duration_seconds", "HTTP request latency", ["route"],
+                                         buckets=LATENCY_BUCKETS_S, registry=r)
+        self.stage_seconds = Histogram("omni_stage_duration_seconds",
+                                       "decision latency by stage (parse, decode, queue, forward)", ["stage"],
+                                       buckets=LATENCY_BUCKETS_S, registry=r)
+        self.batch_size = Histogram("omni_batch_size", "size of the model batch each decision ran in",
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.tokens = Counter("omni_input_tokens", "input tokens by modality", ["modality"], registry=r)
+        self.inflight = Gauge("omni_requests_in_flight", "decision requests being handled", registry=r)
+        self.model_info = Gauge("omni_model_info", "the served model", ["name", "tiny_default"], registry=r)
+        self._batcher = _BatcherCollector()
+        r.register(self._batcher)
+        for stage in ("parse",) + STAGES:  # so every stage is visible before the first request
+            self.stage_seconds.labels(stage)
+
+    def observe_request(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, str(status)).inc()
+        self.request_seconds.labels(route).observe(seconds)
+
+    def observe_parse(self, seconds: float) -> None:
+        self.stage_seconds.labels("parse").observe(seconds)
+
+    def observe_decision(self, decision: Decision) -> None:
+        for stage, ms in decision.timings_ms.items():
+            self.stage_seconds.labels(stage.removesuffix("_ms")).observe(max(0.0, ms) / 1000.0)
+        self.batch_size.observe(decision.batch_size)
+        for modality, n in decision.tokens_by_modality.items():
+            self.tokens.labels(modality).inc(max(0, n))
+
+    def set_model(self, name: str, tiny_default: bool) -> None:
+        self.model_info.clear()
+        self.model_info.labels(name, str(tiny_default).lower()).set(1)
+
+    def watch_batcher(self, batcher: Any) -> None:
+        """Export the micro-batcher's own counters (queue depth, batches by size) when the engine has one."""
+        self._batcher.batcher = batcher if callable(getattr(batcher, "stats", None)) else None
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _BatcherCollector:
+    """Reads `MicroBatcher.stats()` at scrape time: per-batch sizes (not per request), queue depth, drops."""
+
+    def __init__(self):
+        self.batcher = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        if self.batcher is None:
+            return
+        stats = self.batcher.stats()
+        depth = GaugeMetricFamily("omni_queue_depth", "requests waiting for the model thread")
+        depth.add_metric([], stats.queue_depth)
+        batches = CounterMetricFamily("omni_batches", "model batches run, by size", labels=["size"])
+        for size, count in sorted(stats.batch_sizes.items()):
+            batches.add_metric([str(size)], count)
+        dropped = CounterMetricFamily("omni_batcher_dropped", "requests never computed, by reason", labels=["reason"])
+        dropped.add_metric(["deadline_or_cancelled"], stats.expired)
+        dropped.add_metric(["queue_full"], stats.rejected)
+        yield from (depth, batches, dropped)

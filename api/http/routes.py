@@ -1,0 +1,175 @@
+"""HTTP routes: /v1/systemone, /v1/models, /health, /ready, /metrics.
+
+The decision route: auth -> readiness -> capped body read -> (thread pool) decompress, split the media forms,
+`parse_request`, model check -> `engine.submit` (admission, decode pool, micro-batcher) awaited with the request's
+deadline -> System One JSON + Server-Timing. Errors are raised, never caught here: `api/errors.py` maps them.
+Async code never touches torch; all engine work happens behind `engine.submit`'s future.
+Knows nothing of how the engine batches or decodes, nor of the environment.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hmac
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.http import schemas
+from api.http.errors import BodyTooLarge, Unauthorized
+from api.http.transport import check_content_headers, decompress, parse_body
+from api.http.metrics import Metrics
+from api.http.settings import Settings
+from omni.contract.errors import DeadlineExceeded, NotReady
+from omni.contract.request import parse_request
+from omni.contract.types import DecisionRequest
+
+INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
+
+
+@dataclass
+class ServiceState:
+    """Everything the routes need, held on `app.state.service` (no module-level state)."""
+
+    settings: Settings
+    engine: Any
+    metrics: Metrics
+    parse_limiter: anyio.CapacityLimiter | None = None
+    drain_started: float | None = None   # time.monotonic() of SIGTERM / shutdown
+    load_error: str | None = None
+
+    def begin_drain(self) -> None:
+        if self.drain_started is None:
+            self.drain_started = time.monotonic()
+
+
+def service(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+_bearer = HTTPBearer(auto_error=False, description="required only when the server is started with API keys")
+
+
+async def require_api_key(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    keys = service(request).settings.api_keys
+    if not keys:
+        return  # auth off: a present Authorization header is accepted as is (SDKs always send one)
+    if credentials is None or not credentials.credentials:
+        raise Unauthorized("Must supply an API key!")
+    given = credentials.credentials.encode()
+    if not any(hmac.compare_digest(given, key.encode()) for key in keys):
+        raise Unauthorized("Cannot authenticate with the server.")
+
+
+router = APIRouter()
+
+
+@router.post("/v1/systemone", dependencies=[Depends(require_api_key)], response_model=None, tags=["decisions"],
+             summary="Answer typed questions about a state and its media in one prefill",
+             responses={200: {"model": schemas.SystemOneResponse}, **schemas.ERROR_RESPONSES},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}},
+                 "multipart/form-data": {"schema": {"$ref": "#/components/schemas/MultipartRequest"}}}}})
+async def systemone(request: Request) -> Response:
+    svc = service(request)
+    arrived = request.state.started_at
+    if svc.drain_started is not None and arrived >= svc.drain_started:
+        raise NotReady("the server is draining")  # requests that arrived before the signal still finish
+    if not svc.engine.ready:
+        raise NotReady("the model is still loading")
+    check_content_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
+    raw = await _read_capped(request, svc.settings.body_cap_bytes)
+
+    origins: dict[str, str] = {}
+    request.state.media_origins = origins  # lets the error table name what the caller sent
+    t_parse = time.monotonic()
+    prepare_args = (svc, raw, dict(request.headers), origins, request.state.request_id)
+    if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
+        decision_request = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
+    else:
+        decision_request = await anyio.to_thread.run_sync(_prepare, *prepare_args, limiter=svc.parse_limiter)
+    parse_s = time.monotonic() - t_parse
+    svc.metrics.observe_parse(parse_s)
+
+    remaining_s = svc.settings.engine.request_timeout_s - (time.monotonic() - arrived)
+    if remaining_s <= 0:
+        raise DeadlineExceeded("the request outlived its deadline while its body was read")
+    future = svc.engine.submit(decision_request, deadline_s=remaining_s)  # raises Overloaded synchronously
+    svc.metrics.inflight.inc()
+    try:
+        decision = await asyncio.wait_for(asyncio.wrap_future(future), timeout=remaining_s)
+    except asyncio.TimeoutError:
+        future.cancel()  # not computed yet -> the batcher skips it; computing -> the result is dropped
+        raise DeadlineExceeded(f"no answer within {svc.settings.engine.request_timeout_s:g} s") from None
+    finally:
+        svc.metrics.inflight.dec()
+    svc.metrics.observe_decision(decision)
+    timings = {"parse": parse_s * 1000, **decision.timings_ms, "total": (time.monotonic() - arrived) * 1000}
+    server_timing = ", ".join(f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items())
+    return JSONResponse(decision.to_wire(), headers={"Server-Timing": server_timing})
+
+
+async def _read_capped(request: Request, cap_bytes: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap_bytes:
+        raise BodyTooLarge(f"body of {declared} bytes is over the {cap_bytes}-byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > cap_bytes:
+            raise BodyTooLarge(f"body is over the {cap_bytes}-byte limit")
+    return bytes(body)
+
+
+def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], origins: dict[str, str],
+             request_id: str) -> DecisionRequest:
+    """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64) stays off the event loop."""
+    data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
+    parsed = parse_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
+    origins.update(parsed.origins)
+    decision_request = parse_request(parsed.body, svc.settings.engine, parsed.extra_media)
+    svc.engine.check_model(decision_request.model)  # raises UnknownModel
+    return dataclasses.replace(decision_request, request_id=request_id)
+
+
+@router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,
+            tags=["models"], responses={401: schemas.ERROR_RESPONSES[401]})
+async def models(request: Request) -> dict:
+    svc = service(request)
+    info = svc.engine.info
+    name = info["name"]
+    aliases = [a for a in svc.settings.engine.model_aliases if a != name]
+    card = {"name": name, "description": info.get("description", ""), "context": int(info.get("context_tokens", 0)),
+            "aliases": aliases, "tiny_default": bool(info.get("tiny_default")), "limits": info.get("limits", {})}
+    return {"models": [card], "object": "list", "data": [{"id": n} for n in [name, *aliases]]}
+
+
+@router.get("/health", response_model=schemas.Status, tags=["probes"], summary="liveness")
+async def health(request: Request) -> JSONResponse:
+    svc = service(request)
+    if svc.load_error:
+        return JSONResponse({"status": "failed", "message": svc.load_error}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/ready", response_model=schemas.Status, tags=["probes"], summary="model loaded and warmed up",
+            responses={503: {"model": schemas.Status}})
+async def ready(request: Request) -> JSONResponse:
+    svc = service(request)
+    draining = svc.drain_started is not None
+    if svc.engine.ready and not draining:
+        return JSONResponse({"status": "ready"})
+    status = "failed" if svc.load_error else "draining" if draining else "loading"
+    return JSONResponse({"status": status, "message": svc.load_error}, status_code=503,
+                        headers={"Retry-After": "5"})
+
+
+@router.get("/metrics", tags=["probes"], summary="Prometheus metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    body, content_type = service(request).metrics.render()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,171 @@
+"""Pydantic wire models: the System One shapes for the OpenAPI docs and the response models of simple routes.
+
+These describe shapes only. The validation authority is `omni.contract.request.parse_request`; the decision route never
+validates the body with these models (it must also read zstd/gzip bodies and multipart uploads).
+Knows nothing of the model, the engine or the environment.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Entry = Annotated[Any, Field(description="string | object | array | null")]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class NoulQuestion(_Open):
+    type: Literal["noul"]
+    instructions: Entry = None
+    criteria: dict[Literal["true", "false"], Entry] | None = None
+
+
+class ChoiceQuestion(_Open):
+    type: Literal["choice"]
+    instructions: Entry = None
+    criteria: dict[str, Entry] = Field(description="option name -> description (or null); 2-255 options")
+
+
+class ScoreQuestion(_Open):
+    type: Literal["score"]
+    instructions: Entry = None
+    criteria: list[Entry] = Field(description="ordered levels, lowest first; 2-10 levels")
+
+
+Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+
+
+class MediaObject(BaseModel):
+    content_type: str = Field(examples=["image/png", "audio/wav", "video/mp4"])
+    base64: str
+
+
+MediaItem = Annotated[str | MediaObject, Field(description="base64 data URL, or {content_type, base64}")]
+
+
+class Asset(BaseModel):
+    type: Literal["image"]
+    format: Literal["png", "jpg", "jpeg"] | None = Field(None, description="required with data_base64")
+    data_base64: str | None = None
+    part: str | None = Field(None, description="multipart part name holding the bytes (multipart only)")
+
+
+class SystemOneRequest(_Open):
+    """POST /v1/systemone as JSON. Unknown top-level fields are ignored."""
+
+    model: str | None = Field(None, description="optional: the served name or an alias (jev-latest, clef-omni)")
+    state: Annotated[str | dict[str, Any] | list[Any], Field(description="string, object or array")]
+    questions: dict[str, Question] = Field(description="caller-chosen id -> question; answers use the same ids")
+    images: list[MediaItem] | None = Field(None, description="Clef: PNG/JPEG/WebP, placed before the state")
+    audio: list[MediaItem] | None = Field(None, description="Clef-omni: WAV/MP3/...")
+    videos: list[MediaItem] | None = Field(None, description="Clef-omni: MP4/WebM")
+    assets: dict[str, Asset] | None = Field(
+        None, description="TypeSafe: placeholder -> image; each placeholder in state/instructions/criteria strings "
+                          "becomes `[image N]`, N its position among the request's images")
+    files: list[str] | None = Field(None, description="llama.cpp: data URLs (image/audio/video)")
+    truncate: bool = Field(True, description="false: refuse (413) instead of truncating a long state")
+
+
+class MultipartRequest(BaseModel):
+    """POST /v1/systemone as multipart/form-data."""
+
+    request: bytes = Field(description="the JSON body (same shape as the JSON request)")
+    images: list[bytes] | None = Field(None, description="repeatable; appended after JSON images, in order")
+    audio: list[bytes] | None = Field(None, description="repeatable")
+    videos: list[bytes] | None = Field(None, description="repeatable")
+
+
+class NoulAnswer(BaseModel):
+    type: Literal["noul"]
+    noul: float = Field(ge=0, le=1, description="P(yes)")
+
+
+class ChoiceAnswer(BaseModel):
+    type: Literal["choice"]
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float
+
+
+class ScoreAnswer(BaseModel):
+    type: Literal["score"]
+    score: float = Field(description="sum of level * probability")
+    legend: dict[str, Any]
+    probabilities: dict[str, float]
+    confidence: float
+
+
+class Usage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class SystemOneResponse(BaseModel):
+    model: str
+    answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
+    usage: Usage
+    x_truncated_state_tokens: int | None = Field(None, description="state tokens cut to fit the context")
+    x_usage: dict[str, int] | None = Field(None, description="input tokens by modality")
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorBody(BaseModel):
+    detail: list[ValidationIssue]
+    request_id: str
+
+
+class ErrorDetail(BaseModel):
+    error_type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    detail: ErrorDetail
+    request_id: str
+
+
+class ModelCard(BaseModel):
+    name: str
+    description: str
+    context: int = Field(description="context window in tokens")
+    aliases: list[str]
+    tiny_default: bool = Field(description="true: the embedded tiny demo model (trained on a synthetic inspection task only; not real answers)")
+    limits: dict[str, Any] = Field(description="`inputs`: per-modality and per-request limits")
+
+
+class OpenAIModel(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    owned_by: str = "omni-decide"
+
+
+class ModelList(BaseModel):
+    models: list[ModelCard]
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel] = Field(description="the same models, OpenAI-style (llama.cpp clients)")
+
+
+class Status(BaseModel):
+    status: str
+    message: str | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "unknown model"},
+    401: {"model": ErrorBody, "description": "API keys are configured and the Bearer key is missing or wrong"},
+    413: {"model": ErrorBody, "description": "body, media or context too large (media/context: detail[] shape)"},
+    415: {"model": ErrorBody, "description": "unsupported Content-Type / Content-Encoding / media format"},
+    422: {"model": ValidationErrorBody, "description": "validation error"},
+    429: {"model": ErrorBody, "description": "queue full; honour Retry-After"},
+    503: {"model": ErrorBody, "description": "model not loaded yet, or draining"},
+    504: {"model": ErrorBody, "description": "the request outlived its deadline"},
+    500: {"model": ErrorBody, "description": "a bug; the message carries the request id only"},
+}

@@ -1,0 +1,200 @@
+"""Service settings: the ONLY place that reads the environment (`OMNI_*`); CLI flags override the same fields.
+
+`Settings` holds the HTTP-edge fields plus a complete `EngineConfig`. Every scalar EngineConfig field `foo_bar` is
+`OMNI_FOO_BAR` / `--foo-bar`; MediaLimits fields are `OMNI_MEDIA_FOO_BAR` / `--media-foo-bar`; `model_path` is
+`OMNI_MODEL` / `--model`. Unknown `OMNI_*` names are reported, not ignored silently.
+Knows nothing of FastAPI, uvicorn or the model; never reads the environment at import time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omni.contract.config import EngineConfig
+from preprocess.media import MediaLimits, MiB
+
+ENV_PREFIX = "OMNI_"
+MEDIA_PREFIX = "media_"
+JSON_OVERHEAD_BYTES = 8 * MiB  # state + questions on top of the base64 media a body may carry
+
+
+class SettingsError(ValueError):
+    """A setting has a value of the wrong type or out of range; the message names the variable or flag."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = ()           # empty = auth off; a present Authorization header is then ignored
+    max_body_bytes: int | None = None        # wire AND decompressed cap; None = derived from the media limits
+    max_multipart_parts: int = 64
+    parse_threads: int = 4                   # bounded pool for body decompression / JSON / base64 at the edge
+    log_level: str = "info"
+    drain_timeout_s: float | None = None     # SIGTERM grace; None = request_timeout_s + 5
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    unknown_env: tuple[str, ...] = ()        # OMNI_* names that matched nothing (logged at start)
+
+    @property
+    def body_cap_bytes(self) -> int:
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        m = self.engine.media
+        media_bytes = m.max_images_total_bytes + m.max_audio_video_total_bytes
+        return math.ceil(media_bytes * 4 / 3) + JSON_OVERHEAD_BYTES  # base64 inflates by 4/3
+
+    @property
+    def drain_s(self) -> float:
+        return self.drain_timeout_s if self.drain_timeout_s is not None else self.engine.request_timeout_s + 5.0
+
+    @property
+    def tiny_default(self) -> bool:
+        return self.engine.model_path is None
+
+    # ------------------------------------------------------------------ sources
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = dict(os.environ if environ is None else environ)
+        values: dict[str, tuple[str, str]] = {}  # field -> (raw, source name)
+        unknown = []
+        known = _known_fields()
+        for name, raw in env.items():
+            if not name.startswith(ENV_PREFIX):
+                continue
+            key = name[len(ENV_PREFIX):].lower()
+            if key == "api_keys_file":
+                values["api_keys"] = (_read_keys_file(raw, name), name)
+            elif key in known:
+                values[key] = (raw, name)
+            else:
+                unknown.append(name)
+        settings = cls().with_values({k: _coerce(raw, known[k], src) for k, (raw, src) in values.items()})
+        return dataclasses.replace(settings, unknown_env=tuple(sorted(unknown)))
+
+    def with_cli(self, args: Any) -> Settings:
+        """Override with argparse values (attributes named like the fields; None = flag not given)."""
+        known = _known_fields()
+        given = {}
+        for key, value in vars(args).items():
+            if key == "api_keys_file" and value is not None:
+                given["api_keys"] = _coerce(_read_keys_file(value, "--api-keys-file"), known["api_keys"], "--api-keys-file")
+            elif key in known and value is not None:
+                flag = "--" + key.replace("_", "-")
+                given[key] = _coerce(value, known[key], flag) if isinstance(value, str) else value
+        return self.with_values(given)
+
+    def value_of(self, key: str) -> Any:
+        """The current value of a setting named as in `cli_fields()` (for help texts and logs)."""
+        if key == "model":
+            return self.engine.model_path
+        if key.startswith(MEDIA_PREFIX):
+            return getattr(self.engine.media, key[len(MEDIA_PREFIX):])
+        return getattr(self, key) if key in {f.name for f in dataclasses.fields(Settings)} else getattr(self.engine, key)
+
+    def with_values(self, values: Mapping[str, Any]) -> Settings:
+        """Apply typed values keyed by field name (`model` for the checkpoint, `media_*` for media limits)."""
+        own = {f.name for f in dataclasses.fields(Settings)} - {"engine", "unknown_env"}
+        engine_names = {f.name for f in dataclasses.fields(EngineConfig)}
+        top, eng, media = {}, {}, {}
+        for key, value in values.items():
+            if key == "model":
+                eng["model_path"] = value or None
+            elif key.startswith(MEDIA_PREFIX):
+                media[key[len(MEDIA_PREFIX):]] = value
+            elif key in own:
+                top[key] = value
+            elif key in engine_names:
+                eng[key] = value
+            else:
+                raise SettingsError(f"unknown setting {key!r}")
+        if media:
+            eng["media"] = dataclasses.replace(self.engine.media, **media)
+        try:
+            engine = dataclasses.replace(self.engine, **eng)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        out = dataclasses.replace(self, engine=engine, **top)
+        _check(out)
+        return out
+
+
+def cli_fields() -> dict[str, type]:
+    """Field name -> Python type for every flag `add_serve_arguments` generates (also the env names)."""
+    return _known_fields()
+
+
+# ---------------------------------------------------------------------- helpers
+_SKIP_ENGINE = {"model_path", "media"}
+_SKIP_TOP = {"engine", "unknown_env"}
+
+
+def _known_fields() -> dict[str, Any]:
+    hints: dict[str, Any] = {}
+    for cls, skip, prefix in ((Settings, _SKIP_TOP, ""), (EngineConfig, _SKIP_ENGINE, ""),
+                              (MediaLimits, set(), MEDIA_PREFIX)):
+        types = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in skip:
+                hints[prefix + f.name] = types[f.name]
+    hints["model"] = str | None
+    return hints
+
+
+def _coerce(raw: Any, hint: Any, source: str) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional else hint
+    text = raw.strip()
+    if optional and text.lower() in ("", "none", "null"):
+        return None
+    try:
+        if typing.get_origin(base) is tuple:
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        if base is bool:
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if base is int:
+            return int(text.replace("_", ""))
+        if base is float:
+            return float(text)
+        return text
+    except ValueError:
+        raise SettingsError(f"{source}: expected {getattr(base, '__name__', base)}, got {raw!r}") from None
+
+
+def _read_keys_file(path: str, source: str) -> str:
+    """Keys one per line (operator-provided path, e.g. a Docker secret); returned comma-joined for _coerce."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"{source}: cannot read {path!r}: {exc.strerror}") from None
+    return ",".join(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def _check(s: Settings) -> None:
+    e = s.engine
+    positive = {"port": s.port, "max_multipart_parts": s.max_multipart_parts, "parse_threads": s.parse_threads,
+                "max_batch_records": e.max_batch_records, "max_batch_tokens": e.max_batch_tokens,
+                "max_queue": e.max_queue, "decode_threads": e.decode_threads}
+    for name, value in positive.items():
+        if value < 1:
+            raise SettingsError(f"{name} must be >= 1, got {value}")
+    if not 0 < s.port < 65536:
+        raise SettingsError(f"port must be 1..65535, got {s.port}")
+    if e.max_wait_ms < 0 or e.request_timeout_s <= 0:
+        raise SettingsError("max_wait_ms must be >= 0 and request_timeout_s > 0")
+    if s.max_body_bytes is not None and s.max_body_bytes < 1024:
+        raise SettingsError(f"max_body_bytes must be >= 1024, got {s.max_body_bytes}")
+    if any(not k for k in s.api_keys):
+        raise SettingsError("api_keys must not contain empty keys")

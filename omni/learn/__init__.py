@@ -1,0 +1,1 @@
+"""omni.learn: labelled datasets, evaluation, metrics, plots and fine-tuning."""

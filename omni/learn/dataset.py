@@ -1,0 +1,151 @@
+"""Labelled datasets: a JSONL file of System One requests, each with `labels` → validated (request, labels) pairs.
+
+One line = one request body as the API takes it, plus `"labels": {question_id: answer}` (noul: true/false, choice:
+an option id, score: the level index 0..n-1). Questions without a label are still asked but not scored. Media
+fields (`images`, `audio`, `videos`) hold data URLs / `{content_type, base64}` objects (checked by the request
+validator) or file paths relative to the dataset file (read here: the dataset is the operator's own file, never an
+HTTP caller's). Every bad line is reported with its line number in one `DatasetError`; nothing is skipped silently
+(blank lines are not records). Knows nothing of torch, the model or metrics; request rules live in `omni.contract.request`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omni.contract.config import EngineConfig
+from omni.contract.errors import InvalidRequest, OmniError
+from omni.contract.request import MEDIA_SLOTS, load_json, parse_request
+from omni.contract.types import DecisionRequest, MediaRef, Question
+
+MAX_PROBLEMS_SHOWN = 20
+
+
+class DatasetError(OmniError):
+    """Problems of a dataset file; `problems` lists (line number, message) for every bad line."""
+
+    def __init__(self, path: str | Path, problems: list[tuple[int, str]]):
+        self.path = str(path)
+        self.problems = list(problems)
+        shown = [f"{self.path}:{line}: {msg}" if line else f"{self.path}: {msg}"
+                 for line, msg in self.problems[:MAX_PROBLEMS_SHOWN]]
+        more = len(self.problems) - MAX_PROBLEMS_SHOWN
+        super().__init__("\n".join(shown + ([f"... and {more} more"] if more > 0 else [])))
+
+
+@dataclass(frozen=True)
+class LabelledRequest:
+    """A validated request, its labels as option ids (noul "true"/"false", choice id, score "k"), its line."""
+
+    request: DecisionRequest
+    labels: dict[str, str]
+    line: int
+
+
+def label_index(question: Question, option_id: str) -> int:
+    """Index of `option_id` in the head's (prompt) order of `question`'s options."""
+    return [o.id for o in question.prompt_options].index(option_id)
+
+
+def _is_inline_media(item: Any) -> bool:
+    return isinstance(item, dict) or (isinstance(item, str) and item.strip().lower().startswith("data:"))
+
+
+def _split_media(body: dict, root: Path) -> tuple[dict, list[MediaRef]]:
+    """Path entries → MediaRefs read from disk; inline entries stay in the body for the validator."""
+    body = dict(body)
+    refs: list[MediaRef] = []
+    for field, kind in MEDIA_SLOTS:
+        items = body.get(field)
+        if not isinstance(items, list) or all(_is_inline_media(item) for item in items):
+            continue                            # absent, malformed (the validator says so) or all inline
+        if any(_is_inline_media(item) for item in items):
+            raise ValueError(f"{field}: mix of data URLs and file paths; use one form per field")
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not item.strip():
+                raise ValueError(f"{field}[{i}]: a media entry must be a data URL or a file path")
+            if item.lower().startswith(("http:", "https:")):
+                raise ValueError(f"{field}[{i}]: remote URLs are not fetched; save the file next to the dataset")
+            path = (root / item).resolve()
+            if not path.is_file():
+                raise ValueError(f"{field}[{i}]: file not found: {item} (looked for {path})")
+            refs.append(MediaRef(kind, path.read_bytes(), f"{field}[{i}]"))
+        del body[field]
+    return body, refs
+
+
+def _normalise_label(question: Question, value: Any) -> str:
+    """The label as an option id, or ValueError naming the allowed values."""
+    if question.type == "noul":
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if value in ("true", "false"):
+            return value
+        raise ValueError(f"{value!r} is not a noul answer (true or false)")
+    if question.type == "score":
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(question.options):
+            return str(value)
+        raise ValueError(f"{value!r} is not a level index of this score question (0..{len(question.options) - 1})")
+    ids = [o.id for o in question.options]
+    if isinstance(value, str) and value in ids:
+        return value
+    raise ValueError(f"{value!r} is not an option of this choice question ({', '.join(ids)})")
+
+
+def _labels(raw: Any, request: DecisionRequest) -> dict[str, str]:
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError("labels: must be a non-empty object {question_id: answer}")
+    questions = {q.id: q for q in request.questions}
+    labels, problems = {}, []
+    for qid, value in raw.items():
+        if qid not in questions:
+            problems.append(f"labels.{qid}: unknown question id (questions: {', '.join(questions)})")
+            continue
+        try:
+            labels[qid] = _normalise_label(questions[qid], value)
+        except ValueError as exc:
+            problems.append(f"labels.{qid}: {exc}")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return labels
+
+
+def parse_line(text: str, root: Path, config: EngineConfig, line: int) -> LabelledRequest:
+    """One JSONL line → LabelledRequest; ValueError with every problem of the line."""
+    try:
+        body = load_json(text)
+    except InvalidRequest as exc:
+        raise ValueError(f"not valid JSON: {exc.issues[0].msg}") from exc
+    if not isinstance(body, dict):
+        raise ValueError("a line must be a JSON object (a request with labels)")
+    if "labels" not in body:
+        raise ValueError("labels: missing (add {question_id: answer})")
+    stripped, refs = _split_media(body, root)
+    try:
+        request = parse_request(stripped, config, refs)
+    except InvalidRequest as exc:
+        raise ValueError("; ".join(f"{'.'.join(map(str, i.loc)) or '(body)'}: {i.msg}" for i in exc.issues)) from exc
+    return LabelledRequest(request, _labels(body["labels"], request), line)
+
+
+def load_dataset(path: str | Path, config: EngineConfig | None = None) -> list[LabelledRequest]:
+    """Every record of a JSONL dataset; DatasetError listing each bad line (and an empty file) otherwise."""
+    path = Path(path)
+    config = config or EngineConfig()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(path, [(0, f"cannot read the dataset: {exc}")]) from exc
+    records, problems = [], []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            records.append(parse_line(text, path.parent, config, number))
+        except ValueError as exc:
+            problems.append((number, str(exc)))
+    if problems:
+        raise DatasetError(path, problems)
+    if not records:
+        raise DatasetError(path, [(0, "no records (one JSON request with labels per line)")])
+    return records

@@ -1,0 +1,1 @@
+"""omni.model: a loaded Clef-omni model (prompt, backbone, head, media encoding, calibration, export, tiny)."""

@@ -1,0 +1,112 @@
+"""The Clef reference prompt (clef-reference §2): segments → token ids + question/option spans; state truncation.
+
+Every literal and every rendered value is tokenized as its own segment (`add_special_tokens=False`) and the id
+lists are concatenated, exactly as the reference does; tokenizing the joined string would differ at the joins.
+Knows nothing of the model, media decoding or HTTP: media arrive as already-expanded placeholder ids.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omni.contract.errors import ContextTooLong
+from omni.model.head import RecordSpans
+from omni.contract.types import TYPE_INDEX, DecisionRequest, Question
+
+SYSTEM_PROMPT = ("Read the complete state and schema. Decide every field jointly. Each answer must be exactly one "
+                 "of that field's allowed options.")
+PREFIX = "<|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n<|im_start|>user\nSTATE:\n"
+SCHEMA_HEADER = "\n\nSCHEMA FIELDS:\n"
+SUFFIX = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:"
+
+
+def render(value: Any) -> str:
+    """A string as is (no quotes); anything else as compact, key-sorted JSON with non-ASCII kept."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def option_semantics(option_id: str, description: Any) -> dict:
+    """What the prompt shows for an option: its id, plus its description unless that is None."""
+    semantics = {"option_id": option_id}
+    if description is not None:
+        semantics["description"] = description
+    return semantics
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    input_ids: list[int]
+    spans: RecordSpans
+    state_tokens_kept: int
+    state_tokens_dropped: int
+
+
+class PromptEncoder:
+    """Renders requests into the reference prompt with one tokenizer; fixed segments are tokenized once."""
+
+    def __init__(self, tokenizer, max_context_tokens: int):
+        self.tokenizer = tokenizer
+        self.max_context_tokens = max_context_tokens
+        self.prefix_ids = self._ids([PREFIX])[0]
+        self.schema_header_ids = self._ids([SCHEMA_HEADER])[0]
+        self.suffix_ids = self._ids([SUFFIX])[0]
+
+    def _ids(self, texts: Sequence[str]) -> list[list[int]]:
+        if not texts:
+            return []
+        return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+    def schema_segments(self, questions: Sequence[Question]) -> list[tuple[str, str]]:
+        """The schema as (role, text) segments; role "question"/"option" marks a span, "text" a plain literal."""
+        segments: list[tuple[str, str]] = []
+        for k, question in enumerate(questions, start=1):
+            segments.append(("text", f"\nFIELD {k}\nID: {question.id}\nTYPE: {question.type}\nINSTRUCTION: "))
+            instructions = question.instructions
+            segments.append(("question", str(question.id) if instructions is None or instructions == ""
+                             else render(instructions)))
+            segments.append(("text", "\nALLOWED OPTIONS:\n"))
+            for j, option in enumerate(question.prompt_options, start=1):
+                segments.append(("text", f"OPTION {j}: "))
+                segments.append(("option", render(option_semantics(option.id, option.description))))
+                segments.append(("text", "\n"))
+            segments.append(("text", "END FIELD\n"))
+        return segments
+
+    def encode(self, request: DecisionRequest, media_ids: Sequence[int] = ()) -> EncodedPrompt:
+        segments = self.schema_segments(request.questions)
+        segment_ids = self._ids([render(request.state)] + [text for _, text in segments])
+        state_ids, schema_parts = segment_ids[0], segment_ids[1:]
+
+        schema_ids = list(self.schema_header_ids)
+        question_spans, option_spans, current = [], [], []
+        for (role, _), ids in zip(segments, schema_parts):
+            start = len(schema_ids)
+            schema_ids.extend(ids)
+            if role == "question":
+                if current:
+                    option_spans.append(tuple(current))
+                current = []
+                question_spans.append((start, len(schema_ids)))
+            elif role == "option":
+                current.append((start, len(schema_ids)))
+        option_spans.append(tuple(current))
+
+        head_ids = list(self.prefix_ids) + list(media_ids)
+        fixed = len(head_ids) + len(schema_ids) + len(self.suffix_ids)
+        if fixed > self.max_context_tokens:
+            raise ContextTooLong(("questions",), f"schema requires {fixed} tokens before state; maximum is "
+                                 f"{self.max_context_tokens}", fixed, self.max_context_tokens)
+        kept = min(len(state_ids), self.max_context_tokens - fixed)
+        dropped = len(state_ids) - kept
+        if dropped and not request.truncate:
+            raise ContextTooLong(("state",), f"the request needs {fixed + len(state_ids)} tokens; maximum context "
+                                 f"length is {self.max_context_tokens} (send \"truncate\": true to cut the state's "
+                                 f"tail)", fixed + len(state_ids), self.max_context_tokens)
+        input_ids = head_ids + state_ids[:kept] + schema_ids + list(self.suffix_ids)
+        spans = RecordSpans(tuple(question_spans), tuple(option_spans),
+                            tuple(TYPE_INDEX[q.type] for q in request.questions)).shifted(len(head_ids) + kept)
+        return EncodedPrompt(input_ids, spans, kept, dropped)

@@ -1,0 +1,1 @@
+"""omni.serve: the DecisionEngine and its micro-batcher."""

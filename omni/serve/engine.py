@@ -1,0 +1,268 @@
+"""DecisionEngine: load → warm up → decide. Usable in-process (CLI, tests, notebooks) and behind the HTTP edge.
+
+`decide` / `decide_batch` run synchronously; `submit` is the serving path (bounded admission, media decoding in a
+bounded thread pool, then the micro-batcher feeding the one thread that owns the model). Knows nothing of HTTP or
+the environment: everything comes from `EngineConfig`.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from omni.contract.answers import build_answers
+from omni.model.backbone import resolve_checkpoint_dir
+from omni.contract.config import EngineConfig
+from omni.model.checkpoint import embedded_default
+from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded, UnknownModel
+from omni.model.media import encode_request_media
+from omni.model.clef import ClefModel, PreparedRecord
+from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
+
+log = logging.getLogger(__name__)
+
+WARMUP_REQUEST = DecisionRequest(
+    state="warm-up", questions=(Question("ready", "noul", (Option("true", None), Option("false", None))),))
+
+
+class DecisionEngine:
+    def __init__(self, config: EngineConfig | None = None):
+        self.config = config or EngineConfig()
+        self.model: ClefModel | None = None
+        self.checkpoint_dir: Path | None = None
+        self.is_tiny_default = self.config.model_path is None
+        self._ready = False
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._decode_pool: ThreadPoolExecutor | None = None
+        self._batcher = None
+
+    # ----------------------------------------------------------------------------------------------- lifecycle
+    def load(self) -> DecisionEngine:
+        """Load the checkpoint and warm up (blocking). Idempotent."""
+        if self.model is not None:
+            return self
+        cfg = self.config
+        if cfg.torch_threads > 0:     # CPU serving beside other processes: oversubscribed threads spin and stall
+            torch.set_num_threads(cfg.torch_threads)
+        if self.is_tiny_default:
+            self.checkpoint_dir = embedded_default(cfg.cache_dir)
+        else:
+            self.checkpoint_dir = resolve_checkpoint_dir(cfg.model_path)
+        self.model = ClefModel.load(self.checkpoint_dir, dtype=cfg.dtype, device=cfg.device, head_dtype=cfg.head_dtype,
+                                    attn_implementation=cfg.attn_implementation,
+                                    max_context_tokens=cfg.max_context_tokens)
+        if cfg.calibration:
+            from omni.model.calibration import load_calibration
+
+            self.model.calibration = load_calibration(self.checkpoint_dir)
+            if self.model.calibration is None:
+                log.warning("calibration is on but %s has no calibration.json: serving uncalibrated",
+                            self.checkpoint_dir)
+        self._run([self.model.prepare(WARMUP_REQUEST)])
+        return self
+
+    def start(self) -> DecisionEngine:
+        """Load, then start the decode pool and the micro-batcher's model thread (the serving path)."""
+        from omni.serve.batcher import MicroBatcher
+
+        self.load()
+        if self._batcher is None:
+            cfg = self.config
+            self._decode_pool = ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix="omni-decode")
+            self._batcher = MicroBatcher(self._run, lambda record: record.num_tokens,
+                                         max_batch_records=cfg.max_batch_records,
+                                         max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
+                                         max_queue=cfg.max_queue, name="omni-model", wait_only_while_expecting=True)
+            self._batcher.start()
+        self._ready = True       # only now can `submit` take work
+        return self
+
+    def stop(self, drain: bool = True, timeout_s: float | None = None) -> None:
+        self._ready = False
+        if self._decode_pool is not None:
+            self._decode_pool.shutdown(wait=drain, cancel_futures=not drain)
+        if self._batcher is not None:
+            self._batcher.stop(drain=drain, timeout_s=timeout_s)
+        self._decode_pool = self._batcher = None
+
+    @property
+    def ready(self) -> bool:
+        """True once `start()` finished: loaded, warmed up and the serving path running."""
+        return self._ready
+
+    @property
+    def batcher(self):
+        return self._batcher
+
+    @property
+    def info(self) -> dict:
+        cfg = self.config
+        description = ("Embedded tiny demo checkpoint (synthetic inspection task only; elsewhere its answers are "
+                       "random) — serve real weights with --model."
+                       if self.is_tiny_default else f"Clef-omni decision model from {cfg.model_path}")
+        media = cfg.media
+        return {"name": cfg.served_name, "description": description, "context_tokens": cfg.max_context_tokens,
+                "tiny_default": self.is_tiny_default,
+                "limits": {"inputs": {"questions": cfg.max_questions, "choice_options": cfg.max_choice_options,
+                                      "score_levels": cfg.max_score_levels, "images": media.max_images,
+                                      "image_bytes": media.max_image_bytes, "image_pixels": media.max_image_pixels,
+                                      "audio": media.max_audio_clips, "audio_bytes": media.max_audio_bytes,
+                                      "audio_seconds": media.max_audio_seconds, "videos": media.max_videos,
+                                      "video_bytes": media.max_video_bytes, "video_seconds": media.max_video_seconds}}}
+
+    def check_model(self, name: str | None) -> str:
+        """The served name for an accepted `model` field; UnknownModel otherwise (missing = accepted)."""
+        served = self.config.served_name
+        accepted = (served,) + tuple(self.config.model_aliases)
+        if name is None or name.strip() in accepted:
+            return served
+        raise UnknownModel(name, accepted)
+
+    # ------------------------------------------------------------------------------------------------ deciding
+    def prepare(self, request: DecisionRequest) -> PreparedRecord:
+        """CPU work for one request: model-name check, media decoding, prompt encoding. Thread-safe."""
+        if self.model is None:
+            raise NotReady("the model is not loaded")
+        self.check_model(request.model)
+        started = time.perf_counter()
+        media = encode_request_media(request.media, self.model.parts, self.config.media,
+                                     **self.model.backbone.media_timing)
+        decode_ms = (time.perf_counter() - started) * 1e3
+        record = self.model.prepare(request, media)
+        record.timings_ms["decode"] = decode_ms
+        return record
+
+    def _run(self, records: list[PreparedRecord]) -> list[Decision]:
+        """Model thread: one forward for the batch, then answers. Errors here are ours, not the caller's."""
+        started = time.perf_counter()
+        try:
+            probabilities = self.model.probabilities(records)
+        except OmniError:
+            raise
+        except Exception as exc:  # a bug or a device fault: fail this batch only, without internals on the wire
+            log.exception("forward pass failed for a batch of %d", len(records))
+            raise InferenceFailed("the model failed on this batch") from exc
+        forward_ms = (time.perf_counter() - started) * 1e3
+        decisions = []
+        for record, per_question in zip(records, probabilities):
+            answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
+                                    confidence=self.config.confidence, decimals=self.config.probability_decimals)
+            decisions.append(Decision(
+                model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
+                truncated_state_tokens=record.prompt.state_tokens_dropped,
+                tokens_by_modality=dict(record.tokens_by_modality),
+                timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=len(records)))
+        return decisions
+
+    def decide(self, request: DecisionRequest) -> Decision:
+        """Synchronous, in-process: one request, one forward."""
+        return self.decide_batch([request])[0]
+
+    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
+        """Synchronous: N requests in ONE forward; equal to N `decide` calls (within float tolerance)."""
+        self.load()
+        return self._run([self.prepare(r) for r in requests])
+
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future:
+        """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error."""
+        if not self._ready or self._batcher is None:
+            raise NotReady("the model is not loaded yet" if self._batcher is None else "the engine is stopping")
+        with self._lock:
+            if self._in_flight >= self.config.max_queue:
+                raise Overloaded(f"{self._in_flight} requests in flight (max_queue {self.config.max_queue})",
+                                 retry_after_s=1.0)
+            self._in_flight += 1
+        deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.config.request_timeout_s)
+        submitted = time.perf_counter()
+        outcome: Future = Future()
+        outcome.add_done_callback(self._release)
+        if self._prepare_inline(request):     # a thread hop would cost more than the prompt encoding it moves
+            self._decode_then_queue(request, deadline, submitted, outcome, False)
+            return outcome
+        batcher = self._batcher
+        batcher.expect()                       # a partial batch may wait for it while it is decoded
+        try:
+            self._decode_pool.submit(self._decode_then_queue, request, deadline, submitted, outcome, True)
+        except RuntimeError as exc:            # pool shut down between the ready check and here
+            batcher.unexpect()
+            outcome.set_exception(NotReady("the engine is stopping"))
+            log.debug("decode pool refused work: %s", exc)
+        return outcome
+
+    def _prepare_inline(self, request: DecisionRequest) -> bool:
+        """Media-free requests with at most `inline_prepare_max_chars` of text are prepared on the caller's thread."""
+        limit = self.config.inline_prepare_max_chars
+        if limit <= 0 or request.media:
+            return False
+        budget = limit - text_chars(request.state, limit + 1)
+        for question in request.questions:
+            if budget < 0:
+                break
+            budget -= len(question.id) + text_chars(question.instructions, budget + 1)
+            budget -= sum(len(o.id) + text_chars(o.description, budget + 1) for o in question.options)
+        return budget >= 0
+
+    def _release(self, _future: Future) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float, outcome: Future,
+                           expected: bool) -> None:
+        """Prepare, then queue for the model. `expected`: the batcher was told this request is on its way."""
+        batcher = self._batcher
+        announced = expected                             # an announcement this request must still settle
+        try:
+            if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
+                return
+            record = self.prepare(request)
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
+            spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
+            record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
+            announced = False                            # submit settles it, even when it refuses the record
+            queued = batcher.submit(record, deadline, expected=expected)
+        except BaseException as exc:  # every request ends: its own error, never a hang
+            outcome.set_exception(exc)
+            return
+        finally:
+            if announced:
+                batcher.unexpect()
+        queued_at = time.perf_counter()
+
+        def transfer(done: Future) -> None:
+            error = done.exception()
+            if error is not None:
+                outcome.set_exception(error)
+                return
+            decision = done.result()
+            decision.timings_ms["queue"] = max(0.0, (time.perf_counter() - queued_at) * 1e3
+                                               - decision.timings_ms.get("forward", 0.0))
+            outcome.set_result(decision)
+
+        queued.add_done_callback(transfer)
+
+
+def text_chars(value, limit: int) -> int:
+    """Characters of text in a JSON-like value (strings, keys, scalars); stops counting once past `limit`."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        return len(repr(value))     # numbers and booleans (the JSON loader refuses huge integers)
+    total = 0
+    for item in items:
+        total += text_chars(item, limit - total)
+        if total > limit:
+            break
+    return total

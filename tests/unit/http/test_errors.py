@@ -1,0 +1,282 @@
+"""Every error status through the app, with its body shape, headers and request id. Client faults are never 5xx."""
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import zstandard
+
+from omni.contract.config import EngineConfig
+from tests.unit.fake_engine import FakeEngine, body, media, served, wait_until
+
+WAIT = 30
+
+
+def field_error(r, status: int) -> list[dict]:
+    assert r.status_code == status, r.text
+    payload = r.json()
+    assert payload["request_id"] == r.headers["x-request-id"]
+    assert isinstance(payload["detail"], list) and payload["detail"]
+    for issue in payload["detail"]:
+        assert set(issue) == {"loc", "msg", "type"} and issue["loc"][0] == "body"
+    return payload["detail"]
+
+
+def request_error(r, status: int, error_type: str) -> str:
+    assert r.status_code == status, r.text
+    payload = r.json()
+    assert payload["request_id"] == r.headers["x-request-id"]
+    assert payload["detail"]["error_type"] == error_type
+    return payload["detail"]["message"]
+
+
+def test_validation_errors_are_422_with_fastapi_detail():
+    bad = {"model": "jev-latest", "questions": {"q": {"type": "rank"}, "s": {"type": "score", "criteria": ["one"]}}}
+    with served() as (client, _):
+        issues = field_error(client.post("/v1/systemone", json=bad), 422)
+    by_loc = {tuple(i["loc"]): i for i in issues}
+    assert by_loc[("body", "state")]["type"] == "missing"
+    assert by_loc[("body", "questions", "q")]["type"] == "union_tag_invalid"
+    assert by_loc[("body", "questions", "s", "score", "criteria")]["type"] == "too_short"
+
+
+Q = b'"questions": {"q": {"type": "noul"}}'
+
+
+@pytest.mark.parametrize("raw, kind", [(b"{not json", "json_invalid"), (b"[1, 2]", "model_attributes_type"),
+                                       (b"\xff\xfe", "json_invalid"), (b"", "json_invalid"),
+                                       (b'{"state": ' + b"[" * 5000 + b"]" * 5000 + b", " + Q + b"}", "json_invalid"),
+                                       (b'{"state": {"n": ' + b"9" * 5000 + b"}, " + Q + b"}", "json_invalid"),
+                                       (b'{"state": "\\ud800", ' + Q + b"}", "value_error"),
+                                       (b'{"state": ' + b"[" * 100 + b"]" * 100 + b", " + Q + b"}", "value_error")])
+def test_unparseable_bodies_are_422(raw, kind):
+    with served() as (client, _):
+        issues = field_error(client.post("/v1/systemone", content=raw,
+                                         headers={"Content-Type": "application/json"}), 422)
+    assert issues[0]["type"] == kind
+
+
+def test_media_and_multipart_mistakes_are_422_naming_the_field():
+    with served() as (client, _):
+        url = client.post("/v1/systemone", json=body(images=["https://example.com/cat.png"]))
+        assert field_error(url, 422)[0]["loc"] == ["body", "images", 0]
+        no_request = client.post("/v1/systemone", files=[("images", ("a.png", media("image"), "image/png"))])
+        assert field_error(no_request, 422)[0]["loc"] == ["body", "request"]
+        stray = client.post("/v1/systemone", files=[("request", ("r", json.dumps(body()), "application/json")),
+                                                    ("asset-9", ("x", media("image"), "image/png"))])
+        assert field_error(stray, 422)[0]["loc"] == ["body", "asset-9"]
+        missing_part = client.post("/v1/systemone", files=[("request", ("r", json.dumps(body(
+            assets={"p": {"type": "image", "part": "asset-0"}})), "application/json"))])
+        assert field_error(missing_part, 422)[0]["loc"] == ["body", "assets", "p", "part"]
+        json_part = client.post("/v1/systemone", json=body(assets={"p": {"type": "image", "part": "asset-0"}}))
+        assert field_error(json_part, 422)[0]["loc"] == ["body", "assets", "p", "part"]
+        bad_format = client.post("/v1/systemone", json=body(assets={"p": {"type": "image", "format": "gif",
+                                                                          "data_base64": "AAAA"}}))
+        assert field_error(bad_format, 422)[0]["loc"] == ["body", "assets", "p", "format"]
+        bad_files = client.post("/v1/systemone", json=body(files=["/etc/passwd"]))
+        assert field_error(bad_files, 422)[0]["loc"] == ["body", "files", 0]
+
+
+def test_corrupt_and_unsupported_media_name_the_item_and_what_was_sent():
+    with served() as (client, _):
+        corrupt = client.post("/v1/systemone", files=[
+            ("request", ("r", json.dumps(body()), "application/json")),
+            ("videos", ("fan.mp4", media("video", corrupt=True), "video/mp4"))])
+        issue = field_error(corrupt, 422)[0]
+        assert issue["loc"] == ["body", "videos", 0] and issue["type"] == "corrupt_media"
+        assert "fan.mp4" in issue["msg"]
+        wrong_slot = client.post("/v1/systemone", json=body(images=[
+            "data:image/png;base64," + base64.b64encode(media("video")).decode()]))
+        issue = field_error(wrong_slot, 415)[0]
+        assert issue["loc"] == ["body", "images", 0] and issue["type"] == "unsupported_media"
+
+
+def test_oversized_media_is_413_with_the_item():
+    config = EngineConfig(media=EngineConfig().media.__class__(max_image_bytes=100))
+    with served(engine=FakeEngine(config)) as (client, _):
+        r = client.post("/v1/systemone", files=[("request", ("r", json.dumps(body()), "application/json")),
+                                                ("images", ("big.png", media("image", b"x" * 500), "image/png"))])
+    issue = field_error(r, 413)[0]
+    assert issue["loc"] == ["body", "images", 0] and issue["type"] == "media_too_large"
+
+
+def test_body_over_the_cap_is_413_declared_or_streamed():
+    big = json.dumps(body(padding="x" * 5000)).encode()
+    with served(max_body_bytes=4096) as (client, engine):
+        declared = client.post("/v1/systemone", content=big, headers={"Content-Type": "application/json"})
+        request_error(declared, 413, "request_too_large")
+
+        def chunks():  # no Content-Length: the cap applies while streaming
+            yield big[:3000]
+            yield big[3000:]
+
+        streamed = client.post("/v1/systemone", content=chunks(), headers={"Content-Type": "application/json"})
+        request_error(streamed, 413, "request_too_large")
+        assert engine.seen == []
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "gzip"])
+def test_compression_bombs_are_refused_at_the_cap_without_inflating(encoding):
+    bomb_raw = b'{"state": "' + b"a" * (64 * 1024 * 1024) + b'"}'  # 64 MiB of JSON...
+    bomb = zstandard.ZstdCompressor(level=3).compress(bomb_raw) if encoding == "zstd" else gzip.compress(bomb_raw)
+    assert len(bomb) < 512 * 1024  # ...in well under the wire cap
+    with served(max_body_bytes=1024 * 1024) as (client, _):
+        r = client.post("/v1/systemone", content=bomb,
+                        headers={"Content-Type": "application/json", "Content-Encoding": encoding})
+    assert "decompressed" in request_error(r, 413, "request_too_large")
+
+
+def test_broken_compressed_body_is_422():
+    with served() as (client, _):
+        r = client.post("/v1/systemone", content=b"this is not zstd",
+                        headers={"Content-Type": "application/json", "Content-Encoding": "zstd"})
+    assert field_error(r, 422)[0]["type"] == "body_decoding"
+
+
+@pytest.mark.parametrize("headers", [{"Content-Type": "application/xml"}, {"Content-Type": "image/png"},
+                                     {"Content-Type": "application/json", "Content-Encoding": "br"}])
+def test_unsupported_content_type_or_encoding_is_415(headers):
+    with served() as (client, _):
+        r = client.post("/v1/systemone", content=b"<x/>", headers=headers)
+    request_error(r, 415, "unsupported_media_type")
+
+
+def test_unknown_model_is_400_api_usage_error():
+    with served() as (client, _):
+        msg = request_error(client.post("/v1/systemone", json=body(model="gpt-4o")), 400, "api_usage_error")
+    assert "gpt-4o" in msg and "clef-omni" in msg
+
+
+def test_auth_on_requires_one_of_the_configured_bearer_keys():
+    with served(api_keys=("k-1", "k-2")) as (client, _):
+        missing = client.post("/v1/systemone", json=body())
+        assert request_error(missing, 401, "authentication_error") == "Must supply an API key!"
+        assert missing.headers["www-authenticate"] == "Bearer"
+        wrong = client.post("/v1/systemone", json=body(), headers={"Authorization": "Bearer k-3"})
+        request_error(wrong, 401, "authentication_error")
+        basic = client.post("/v1/systemone", json=body(), headers={"Authorization": "Basic azE6"})
+        request_error(basic, 401, "authentication_error")
+        assert client.get("/v1/models").status_code == 401
+        ok = client.post("/v1/systemone", json=body(), headers={"Authorization": "Bearer k-2"})
+        assert ok.status_code == 200, ok.text
+        assert client.get("/v1/models", headers={"Authorization": "Bearer k-1"}).status_code == 200
+        assert client.get("/health").status_code == 200  # probes stay open
+
+
+def test_not_ready_is_503_with_retry_after():
+    gate = threading.Event()
+    with served(engine=FakeEngine(start_gate=gate), wait=False) as (client, _):
+        r = client.post("/v1/systemone", json=body())
+        request_error(r, 503, "not_ready")
+        assert r.headers["retry-after"] == "5"
+        gate.set()
+
+
+def test_full_queue_is_429_with_retry_after():
+    gate = threading.Event()
+    config = EngineConfig(max_queue=2, max_batch_records=1)
+    with served(engine=FakeEngine(config, forward_gate=gate), max_queue=2) as (client, engine):
+        with ThreadPoolExecutor(2) as pool:
+            held = [pool.submit(client.post, "/v1/systemone", json=body()) for _ in range(2)]
+            wait_until(lambda: len(engine.seen) == 2, what="both admitted (one in the model, one queued)")
+            r = client.post("/v1/systemone", json=body())
+            request_error(r, 429, "rate_limit_error")
+            assert r.headers["retry-after"] == "3" and r.headers["retry-after-ms"] == "2500"
+            gate.set()
+            assert [f.result(WAIT).status_code for f in held] == [200, 200]
+
+
+def test_deadline_is_504_and_does_not_block_other_requests():
+    config = EngineConfig(request_timeout_s=3.0, decode_threads=2)
+    with served(engine=FakeEngine(config), request_timeout_s=3.0) as (client, engine):
+        with ThreadPoolExecutor(4) as pool:
+            slow = pool.submit(client.post, "/v1/systemone", json=body("__slow_decode__"))
+            fast = [pool.submit(client.post, "/v1/systemone", json=body(f"quick {i}")) for i in range(3)]
+            assert [f.result(WAIT).status_code for f in fast] == [200, 200, 200]
+            assert not engine.slow_decode_release.is_set()  # the slow one was still stuck meanwhile
+            r = slow.result(WAIT)
+        request_error(r, 504, "timeout")
+        engine.slow_decode_release.set()
+        assert client.post("/v1/systemone", json=body()).status_code == 200
+
+
+def test_a_failing_batch_is_500_with_the_request_id_only():
+    with served() as (client, _):
+        r = client.post("/v1/systemone", json=body("__boom__"), headers={"x-request-id": "trace-42"})
+        msg = request_error(r, 500, "internal_error")
+    assert r.headers["x-request-id"] == "trace-42" and "trace-42" in msg
+    assert "device fault" not in r.text and "RuntimeError" not in r.text
+
+
+def test_an_unexpected_bug_is_500_without_internals():
+    with served() as (client, _):
+        r = client.post("/v1/systemone", json=body("__bug__"))
+        msg = request_error(r, 500, "internal_error")
+        assert r.json()["request_id"] in msg
+        assert "secret" not in r.text and "/srv" not in r.text
+        assert client.post("/v1/systemone", json=body()).status_code == 200  # still serving
+
+
+def test_unknown_route_and_method_keep_the_shape():
+    with served() as (client, _):
+        request_error(client.get("/v2/nothing"), 404, "not_found")
+        request_error(client.get("/v1/systemone"), 405, "method_not_allowed")
+
+
+def test_the_table_maps_every_core_error_to_its_status_and_shape():
+    from api.http.errors import BodyTooLarge, UnsupportedContentType, error_payload
+    from omni.contract.errors import (
+        CheckpointError,
+        ContextTooLong,
+        DeadlineExceeded,
+        InferenceFailed,
+        InvalidRequest,
+        NotReady,
+        Overloaded,
+        UnknownModel,
+    )
+    from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
+
+    cases = [(InvalidRequest.one(("questions", "q"), "bad", "too_long"), 422, ["body", "questions", "q"]),
+             (ContextTooLong(("state",), "too long", 70000, 64000), 413, ["body", "state"]),
+             (CorruptMedia("videos[1]", "no frames"), 422, ["body", "videos", 1]),
+             (MediaTooLarge("audio[0]", "301 s"), 413, ["body", "audio", 0]),
+             (UnsupportedMedia("images[2]", "gif"), 415, ["body", "images", 2]),
+             (MediaError("files", "?"), 422, ["body", "files"]),
+             (UnknownModel("x", ("clef-omni",)), 400, None), (Overloaded("full", 0.2), 429, None),
+             (NotReady("loading"), 503, None), (DeadlineExceeded("late"), 504, None),
+             (BodyTooLarge("big"), 413, None), (UnsupportedContentType("xml"), 415, None),
+             (InferenceFailed("cuda oom at 0xdead"), 500, None), (CheckpointError("keys"), 500, None),
+             (KeyError("internal"), 500, None)]
+    for exc, status, loc in cases:
+        got_status, payload, headers = error_payload(exc, "rid-1")
+        assert got_status == status, exc
+        assert payload["request_id"] == "rid-1"
+        if loc is not None:
+            assert payload["detail"][0]["loc"] == loc
+        else:
+            assert set(payload["detail"]) == {"error_type", "message"}
+        if status == 500:
+            assert "rid-1" in payload["detail"]["message"] and "0xdead" not in json.dumps(payload)
+        assert status < 500 or isinstance(exc, (InferenceFailed, CheckpointError, KeyError, NotReady,
+                                                DeadlineExceeded))
+    assert error_payload(Overloaded("full", 0.2), "r")[2] == {"Retry-After": "1", "retry-after-ms": "200"}
+
+
+def test_empty_uploads_and_duplicate_part_names_are_422():
+    req = ("request", ("r", json.dumps(body(assets={"p": {"type": "image", "part": "asset-0"}})), "application/json"))
+    with served() as (client, engine):
+        empty = client.post("/v1/systemone", files=[("request", ("r", json.dumps(body()), "application/json")),
+                                                    ("images", ("a.png", media("image"), "image/png")),
+                                                    ("images", ("empty.png", b"", "image/png"))])
+        assert field_error(empty, 422)[0]["loc"] == ["body", "images", 1]
+        empty_asset = client.post("/v1/systemone", files=[req, ("asset-0", ("asset-0", b"", "image/png"))])
+        assert field_error(empty_asset, 422)[0]["loc"] == ["body", "assets", "p", "part"]
+        twice = client.post("/v1/systemone", files=[req, ("asset-0", ("a", media("image"), "image/png")),
+                                                    ("asset-0", ("b", media("image"), "image/png"))])
+        assert field_error(twice, 422)[0]["loc"] == ["body", "asset-0"]
+        assert engine.seen == []
