@@ -140,8 +140,8 @@ def overhead(urls: dict[str, str], model: str | None, body: dict, n: int, torch_
     import http.client
 
     from omni.contract.config import EngineConfig
-    from omni.serve.engine import DecisionEngine
     from omni.contract.request import parse_request
+    from omni.serve.engine import DecisionEngine
 
     engine = DecisionEngine(EngineConfig(model_path=model, torch_threads=torch_threads)).load()
     payload = json.dumps(body).encode()

@@ -47,11 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
-from omni.serve.engine import DecisionEngine
-from omni.model.head import option_probabilities
 from omni.contract.request import parse_request
-from omni.model.tiny import write_checkpoint
 from omni.contract.types import DecisionRequest
+from omni.model.head import option_probabilities
+from omni.model.tiny import write_checkpoint
+from omni.serve.engine import DecisionEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from onepass_workload import (
@@ -137,7 +137,7 @@ def staged_decide(engine: DecisionEngine, request: DecisionRequest) -> dict[str,
     """`engine.decide` cut into its stages (same calls as DecisionEngine._run / ClefModel.logits), in ms."""
     model = engine.model
     t0 = time.perf_counter()
-    record = engine.prepare(request)
+    record = engine.model.prepare(request)
     t1 = time.perf_counter()
     batch = model.backbone.collate([(record.input_ids, record.position_ids, record.media)])
     hidden = model.backbone.hidden_states(batch)
@@ -295,8 +295,8 @@ def main() -> None:
             singles = [DecisionRequest(state=state, questions=(q,), model=full.model) for q in request.questions]
             answer_text = json_answer(request.questions)
             n_new = len(tokenizer(answer_text, add_special_tokens=False)["input_ids"]) + 1   # + <|im_end|>
-            tokens_a = engine.prepare(request).num_tokens
-            tokens_b = [engine.prepare(r).num_tokens for r in singles]
+            tokens_a = engine.model.prepare(request).num_tokens
+            tokens_b = [engine.model.prepare(r).num_tokens for r in singles]
             tokens_c = len(generator.prompt_ids(request))
             load_before = os.getloadavg()[0]
             times: dict[str, list[float]] = {"a": [], "b": [], "c": []}

@@ -39,6 +39,7 @@ import torch
 
 from fixtures import media as fm
 from preprocess.align import PlaceholderIds
+from preprocess.item import MediaItem
 from preprocess.processor import encode_media
 from preprocess.video import VideoFramePolicy, decode_video
 
@@ -59,7 +60,7 @@ def processors():
 def our_path(data: bytes, image_processor, feature_extractor, ids: PlaceholderIds,
              policy: VideoFramePolicy = VideoFramePolicy()):
     started = time.perf_counter()
-    video = decode_video(data, "videos[0]", policy=policy)
+    video = decode_video(MediaItem("videos", 0, data), policy=policy)
     decoded = time.perf_counter()
     encoded = encode_media(videos=[video], image_processor=image_processor, feature_extractor=feature_extractor,
                            token_ids=ids)
@@ -84,6 +85,7 @@ import io, json, math, sys, time
 import av, numpy as np, torch
 from transformers import (AutoTokenizer, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3OmniMoeProcessor,
                           WhisperFeatureExtractor)
+from tests.media_items import media_item
 clip_path, tokenizer_dir, out_dir, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(2)
 tok = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)

@@ -28,6 +28,7 @@ import numpy as np
 import soundfile
 
 from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
+from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 from preprocess.sniff import sniff_for_slot
 
@@ -68,11 +69,11 @@ class WavHeader:
 class MonoResampler:
     """Feeds decoded frames (any layout, format, rate), averages channels, resamples to 16 kHz mono float32.
 
-    Refuses (MediaTooLarge naming `label` and `limit_name`) once the output passes `max_seconds`.
+    Refuses (MediaTooLarge naming `item` and `limit_name`) once the output passes `max_seconds`.
     """
 
-    def __init__(self, label: str, max_seconds: float, limit_name: str, limit_value: float):
-        self._label, self._limit_name, self._limit_value = label, limit_name, limit_value
+    def __init__(self, item: MediaItem, max_seconds: float, limit_name: str, limit_value: float):
+        self._item, self._limit_name, self._limit_value = item, limit_name, limit_value
         self._max_samples = int(max_seconds * SAMPLE_RATE_HZ)
         self._to_float: av.AudioResampler | None = None
         self._to_16k: av.AudioResampler | None = None
@@ -101,7 +102,7 @@ class MonoResampler:
             self._chunks.append(np.asarray(out, dtype=np.float32))
             self._count += len(out)
         if self._count > self._max_samples:
-            raise MediaTooLarge(self._label, f"more than {self._count / SAMPLE_RATE_HZ:.1f} s of audio decoded, "
+            raise MediaTooLarge(self._item, f"more than {self._count / SAMPLE_RATE_HZ:.1f} s of audio decoded, "
                                              f"over {self._limit_name}={self._limit_value:g}")
 
     def add(self, frame: av.AudioFrame) -> None:
@@ -151,22 +152,22 @@ def parse_wav_header(data: bytes) -> WavHeader | None:
     return None
 
 
-def _check_wav_header(header: WavHeader, total_bytes: int, label: str, limits: MediaLimits) -> None:
+def _check_wav_header(header: WavHeader, total_bytes: int, item: MediaItem, limits: MediaLimits) -> None:
     claimed = header.claimed_seconds
     max_seconds = limits.max_audio_seconds + limits.decode_slack_seconds
     if claimed is not None and claimed > max_seconds:
-        raise MediaTooLarge(label, f"WAV header claims {claimed:.1f} s, over max_audio_seconds="
+        raise MediaTooLarge(item, f"WAV header claims {claimed:.1f} s, over max_audio_seconds="
                                    f"{limits.max_audio_seconds:g}")
     available = total_bytes - header.data_offset
     if header.data_bytes not in _WAV_UNKNOWN_SIZES and header.data_bytes > available + header.block_align_bytes:
-        raise CorruptMedia(label, f"truncated WAV: header claims {header.data_bytes} sample bytes, "
+        raise CorruptMedia(item, f"truncated WAV: header claims {header.data_bytes} sample bytes, "
                                   f"the file holds {max(available, 0)}")
 
 
-def _decode_wav(data: bytes, label: str, limits: MediaLimits) -> DecodedAudio:
+def _decode_wav(data: bytes, item: MediaItem, limits: MediaLimits) -> DecodedAudio:
     header = parse_wav_header(data)
     if header is not None:
-        _check_wav_header(header, len(data), label, limits)
+        _check_wav_header(header, len(data), item, limits)
     max_seconds = limits.max_audio_seconds + limits.decode_slack_seconds
     try:
         with soundfile.SoundFile(io.BytesIO(data)) as wav:
@@ -175,11 +176,11 @@ def _decode_wav(data: bytes, label: str, limits: MediaLimits) -> DecodedAudio:
             samples = wav.read(frames=max_frames + 1, dtype="float32", always_2d=True)
     except (RuntimeError, soundfile.LibsndfileError, ValueError, TypeError):
         # A WAVE codec libsndfile lacks (MP3-in-WAV, some ADPCMs): FFmpeg may know it; it refuses if not.
-        return _decode_with_av(data, "wav", label, limits)
+        return _decode_with_av(data, "wav", item, limits)
     if len(samples) > max_frames:
-        raise MediaTooLarge(label, f"more than {max_seconds:.0f} s of samples, over max_audio_seconds="
+        raise MediaTooLarge(item, f"more than {max_seconds:.0f} s of samples, over max_audio_seconds="
                                    f"{limits.max_audio_seconds:g}")
-    resampler = MonoResampler(label, max_seconds, "max_audio_seconds", limits.max_audio_seconds)
+    resampler = MonoResampler(item, max_seconds, "max_audio_seconds", limits.max_audio_seconds)
     resampler.add_mono(samples.mean(axis=1, dtype=np.float32), rate)
     return DecodedAudio(resampler.finish(), rate, channels, "wav")
 
@@ -193,26 +194,26 @@ def stream_seconds(stream: av.stream.Stream, container: av.container.InputContai
     return None
 
 
-def open_container(data: bytes, label: str) -> av.container.InputContainer:
+def open_container(data: bytes, item: MediaItem) -> av.container.InputContainer:
     """PyAV input container over bytes; Latin-1 metadata is replaced, not fatal."""
     try:
         return av.open(io.BytesIO(data), mode="r", metadata_errors="replace")
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError, OSError) as exc:
-        raise CorruptMedia(label, f"cannot open container ({exc})") from None
+        raise CorruptMedia(item, f"cannot open container ({exc})") from None
 
 
-def _decode_with_av(data: bytes, container_name: str, label: str, limits: MediaLimits) -> DecodedAudio:
+def _decode_with_av(data: bytes, container_name: str, item: MediaItem, limits: MediaLimits) -> DecodedAudio:
     max_seconds = limits.max_audio_seconds + limits.decode_slack_seconds
-    with open_container(data, label) as container:
+    with open_container(data, item) as container:
         stream = next((s for s in container.streams if s.type == "audio"), None)
         if stream is None:
-            raise UnsupportedMedia(label, f"{container_name} has no audio stream")
+            raise UnsupportedMedia(item, f"{container_name} has no audio stream")
         claimed = stream_seconds(stream, container)
         if claimed is not None and claimed > max_seconds:
-            raise MediaTooLarge(label, f"header claims {claimed:.1f} s, over max_audio_seconds="
+            raise MediaTooLarge(item, f"header claims {claimed:.1f} s, over max_audio_seconds="
                                        f"{limits.max_audio_seconds:g}")
         stream.thread_type = "AUTO"
-        resampler = MonoResampler(label, max_seconds, "max_audio_seconds", limits.max_audio_seconds)
+        resampler = MonoResampler(item, max_seconds, "max_audio_seconds", limits.max_audio_seconds)
         try:
             for packet in container.demux(stream):
                 for frame in packet.decode():
@@ -221,19 +222,20 @@ def _decode_with_av(data: bytes, container_name: str, label: str, limits: MediaL
         except MediaError:
             raise
         except (av.error.FFmpegError, ValueError, MemoryError) as exc:
-            raise CorruptMedia(label, f"cannot decode {container_name} audio ({exc})") from None
+            raise CorruptMedia(item, f"cannot decode {container_name} audio ({exc})") from None
     return DecodedAudio(samples, resampler.source_sample_rate_hz, resampler.source_channels, container_name)
 
 
-def decode_audio(data: bytes, label: str, limits: MediaLimits = MediaLimits()) -> DecodedAudio:
+def decode_audio(item: MediaItem, limits: MediaLimits = MediaLimits()) -> DecodedAudio:
     """Audio bytes (or the soundtrack of an mp4/webm sent as audio) -> 16 kHz mono float32; typed errors."""
-    container_name = sniff_for_slot(data, "audio", label).container
+    data = item.data
+    container_name = sniff_for_slot(item).container
     if container_name == "wav":
-        decoded = _decode_wav(data, label, limits)
+        decoded = _decode_wav(data, item, limits)
     else:
-        decoded = _decode_with_av(data, container_name, label, limits)
+        decoded = _decode_with_av(data, container_name, item, limits)
     if len(decoded.samples) < MIN_SAMPLES:
-        raise CorruptMedia(label, f"{len(decoded.samples)} samples decoded: no audio (need at least 25 ms)")
+        raise CorruptMedia(item, f"{len(decoded.samples)} samples decoded: no audio (need at least 25 ms)")
     if not np.isfinite(decoded.samples).all():
-        raise CorruptMedia(label, "decoded samples are not finite (NaN or infinity)")
+        raise CorruptMedia(item, "decoded samples are not finite (NaN or infinity)")
     return decoded

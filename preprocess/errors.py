@@ -1,19 +1,33 @@
-"""Typed media errors. Every error names the item (`videos[1]`) and, where one applies, the limit it broke.
+"""Typed media errors. Every error carries the `MediaItem` it is about and says what broke (and which limit).
 
-Knows nothing of HTTP: the status codes live in `api/errors.py` (415 unsupported, 413 too large, 422 corrupt).
+Knows nothing of HTTP: the status codes live in `api/http/errors.py` (415 unsupported, 413 too large, 422 corrupt).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from preprocess.item import MediaItem
+
 
 class MediaError(Exception):
-    """Base class: a media item the caller sent cannot be used."""
+    """Base class: a media item the caller sent cannot be used. `detail` is the message without the item's name."""
 
     type = "media_error"
 
-    def __init__(self, label: str, msg: str):
-        self.label = label  # e.g. "images[0]", "videos[1]"
+    def __init__(self, item: MediaItem, msg: str):
+        self.item = item
         self.detail = msg
-        super().__init__(f"{label}: {msg}")
+        super().__init__(f"{item.label}: {self.message}")
+
+    @property
+    def label(self) -> str:
+        return self.item.label
+
+    @property
+    def message(self) -> str:
+        """The detail, and how the caller sent the item when that was not as `slot[index]`."""
+        return self.detail + (f" (sent as {self.item.origin})" if self.item.origin else "")
 
 
 class UnsupportedMedia(MediaError):

@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from preprocess.errors import CorruptMedia, MediaTooLarge, UnsupportedMedia
+from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 from preprocess.sniff import sniff_for_slot
 
@@ -43,28 +44,28 @@ class DecodedImage:
         return int(self.pixels.shape[1])
 
 
-def _open(data: bytes, container: str, label: str, limits: MediaLimits) -> Image.Image:
+def _open(data: bytes, container: str, item: MediaItem, limits: MediaLimits) -> Image.Image:
     try:
         # No warnings.catch_warnings() here: it swaps process-wide state too. PIL may warn for 1x-2x its own
         # limit (ours is lower and refuses right after); a warning escalated to an error is caught below.
         return Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[container]])
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise MediaTooLarge(label, f"header claims a decompression bomb ({exc}), over max_image_pixels="
+        raise MediaTooLarge(item, f"header claims a decompression bomb ({exc}), over max_image_pixels="
                                    f"{limits.max_image_pixels}") from None
     except _DECODE_ERRORS as exc:
-        raise CorruptMedia(label, f"unreadable {container} header ({type(exc).__name__}: {exc})") from None
+        raise CorruptMedia(item, f"unreadable {container} header ({type(exc).__name__}: {exc})") from None
 
 
-def _check_header(image: Image.Image, label: str, limits: MediaLimits) -> None:
+def _check_header(image: Image.Image, item: MediaItem, limits: MediaLimits) -> None:
     width, height = image.size
     if width < 1 or height < 1:
-        raise CorruptMedia(label, f"image header claims {width}x{height} pixels")
+        raise CorruptMedia(item, f"image header claims {width}x{height} pixels")
     if width * height > limits.max_image_pixels:
-        raise MediaTooLarge(label, f"{width}x{height} = {width * height} pixels over "
+        raise MediaTooLarge(item, f"{width}x{height} = {width * height} pixels over "
                                    f"max_image_pixels={limits.max_image_pixels}")
     ratio = max(width, height) / min(width, height)
     if ratio > limits.max_image_aspect_ratio:
-        raise UnsupportedMedia(label, f"aspect ratio {ratio:.0f}:1 over max_image_aspect_ratio="
+        raise UnsupportedMedia(item, f"aspect ratio {ratio:.0f}:1 over max_image_aspect_ratio="
                                       f"{limits.max_image_aspect_ratio:g}")
 
 
@@ -94,20 +95,21 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def decode_image(data: bytes, label: str, limits: MediaLimits = MediaLimits()) -> DecodedImage:
-    """Image bytes -> upright RGB uint8 pixels; typed `MediaError` (naming `label`) on any bad input."""
-    container = sniff_for_slot(data, "images", label).container
-    image = _open(data, container, label, limits)
+def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> DecodedImage:
+    """Image bytes -> upright RGB uint8 pixels; typed `MediaError` (carrying `item`) on any bad input."""
+    data = item.data
+    container = sniff_for_slot(item).container
+    image = _open(data, container, item, limits)
     with image:
-        _check_header(image, label, limits)
+        _check_header(image, item, limits)
         try:
             image.seek(0)  # GIF / animated WebP: the first frame only
             image.load()
             rgb = to_rgb(_upright(image))
             pixels = np.asarray(rgb, dtype=np.uint8)
         except Image.DecompressionBombError:
-            raise MediaTooLarge(label, f"decompression bomb, over max_image_pixels={limits.max_image_pixels}"
+            raise MediaTooLarge(item, f"decompression bomb, over max_image_pixels={limits.max_image_pixels}"
                                 ) from None
         except _DECODE_ERRORS as exc:
-            raise CorruptMedia(label, f"cannot decode {container} ({type(exc).__name__}: {exc})") from None
+            raise CorruptMedia(item, f"cannot decode {container} ({type(exc).__name__}: {exc})") from None
     return DecodedImage(pixels=np.ascontiguousarray(pixels), container=container)

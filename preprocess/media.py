@@ -13,11 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from preprocess.errors import MediaTooLarge
+from preprocess.item import SLOTS, MediaItem
 
 MiB = 1024 * 1024
-
-# Request field names of the three media slots, in prompt order (images, then audio, then videos).
-SLOTS: tuple[str, ...] = ("images", "audio", "videos")
 
 
 @dataclass(frozen=True)
@@ -45,50 +43,38 @@ class MediaLimits:
     decode_slack_seconds: float = 1.0
 
 
-def item_label(slot: str, index: int) -> str:
-    """`images`, 4 -> `images[4]`: the name every error uses for one item."""
-    return f"{slot}[{index}]"
-
-
-def _size_bytes(item: bytes | bytearray | memoryview | int) -> int:
-    return item if isinstance(item, int) else len(item)
-
-
-def _check_count(slot: str, items: Sequence, limit: int, limit_name: str) -> None:
+def _check_count(items: Sequence[MediaItem], slot: str, limit: int, limit_name: str) -> None:
     if len(items) > limit:
-        raise MediaTooLarge(item_label(slot, limit), f"{len(items)} items in `{slot}` over {limit_name}={limit}")
+        raise MediaTooLarge(items[limit], f"{len(items)} items in `{slot}` over {limit_name}={limit}")
 
 
-def _check_item_bytes(slot: str, items: Sequence, limit: int, limit_name: str) -> None:
-    for index, item in enumerate(items):
-        size = _size_bytes(item)
-        if size > limit:
-            raise MediaTooLarge(item_label(slot, index), f"{size} bytes over {limit_name}={limit}")
+def _check_item_bytes(items: Sequence[MediaItem], limit: int, limit_name: str) -> None:
+    for item in items:
+        if item.size_bytes > limit:
+            raise MediaTooLarge(item, f"{item.size_bytes} bytes over {limit_name}={limit}")
 
 
-def _check_total_bytes(groups: Sequence[tuple[str, Sequence]], limit: int, limit_name: str) -> None:
+def _check_total_bytes(items: Sequence[MediaItem], limit: int, limit_name: str) -> None:
     total = 0
-    for slot, items in groups:
-        for index, item in enumerate(items):
-            total += _size_bytes(item)
-            if total > limit:
-                what = " + ".join(name for name, _ in groups)
-                raise MediaTooLarge(item_label(slot, index),
-                                    f"{what} reach {total} bytes together, over {limit_name}={limit}")
+    for item in items:
+        total += item.size_bytes
+        if total > limit:
+            what = " + ".join(dict.fromkeys(i.slot for i in items))
+            raise MediaTooLarge(item, f"{what} reach {total} bytes together, over {limit_name}={limit}")
 
 
-def check_request(images: Sequence = (), audio: Sequence = (), videos: Sequence = (),
-                  limits: MediaLimits = MediaLimits()) -> None:
-    """Refuse a request's media on counts and sizes alone; items are bytes-like or their sizes in bytes.
+def check_request(items: Sequence[MediaItem], limits: MediaLimits = MediaLimits()) -> None:
+    """Refuse a request's media on counts and sizes alone (items in prompt order: images, audio, videos).
 
     Order: counts, then bytes per item, then group totals; raises `MediaTooLarge` naming the first offender.
     """
-    _check_count("images", images, limits.max_images, "max_images")
-    _check_count("audio", audio, limits.max_audio_clips, "max_audio_clips")
-    _check_count("videos", videos, limits.max_videos, "max_videos")
-    _check_item_bytes("images", images, limits.max_image_bytes, "max_image_bytes")
-    _check_item_bytes("audio", audio, limits.max_audio_bytes, "max_audio_bytes")
-    _check_item_bytes("videos", videos, limits.max_video_bytes, "max_video_bytes")
-    _check_total_bytes([("images", images)], limits.max_images_total_bytes, "max_images_total_bytes")
-    _check_total_bytes([("audio", audio), ("videos", videos)], limits.max_audio_video_total_bytes,
+    by_slot = {slot: [item for item in items if item.slot == slot] for slot in SLOTS}
+    _check_count(by_slot["images"], "images", limits.max_images, "max_images")
+    _check_count(by_slot["audio"], "audio", limits.max_audio_clips, "max_audio_clips")
+    _check_count(by_slot["videos"], "videos", limits.max_videos, "max_videos")
+    _check_item_bytes(by_slot["images"], limits.max_image_bytes, "max_image_bytes")
+    _check_item_bytes(by_slot["audio"], limits.max_audio_bytes, "max_audio_bytes")
+    _check_item_bytes(by_slot["videos"], limits.max_video_bytes, "max_video_bytes")
+    _check_total_bytes(by_slot["images"], limits.max_images_total_bytes, "max_images_total_bytes")
+    _check_total_bytes(by_slot["audio"] + by_slot["videos"], limits.max_audio_video_total_bytes,
                        "max_audio_video_total_bytes")

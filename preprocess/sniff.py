@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from preprocess.errors import CorruptMedia, UnsupportedMedia
+from preprocess.item import MediaItem
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,11 @@ def _audio_stream(data: bytes) -> Sniffed | None:
     return Sniffed("audio", "aac" if layer == 0 else "mp3")
 
 
-def sniff(data: bytes, label: str) -> Sniffed:
-    """Container and natural kind of `data` from its magic bytes; `UnsupportedMedia` if not accepted."""
+def sniff(item: MediaItem) -> Sniffed:
+    """Container and natural kind of the item's bytes from its magic bytes; `UnsupportedMedia` if not accepted."""
+    data = item.data
     if not data:
-        raise CorruptMedia(label, "empty (0 bytes)")
+        raise CorruptMedia(item, "empty (0 bytes)")
     head = bytes(data[:128])
     for probe in (_still_image, _riff, _iso_bmff, _audio_stream):
         found = probe(head)
@@ -151,14 +153,15 @@ def sniff(data: bytes, label: str) -> Sniffed:
         doctype = _ebml_doctype(head)
         if doctype in ("webm", "matroska"):
             return Sniffed("video", doctype)
-    raise UnsupportedMedia(label, f"unrecognised format (first bytes {head[:8].hex()})")
+    raise UnsupportedMedia(item, f"unrecognised format (first bytes {head[:8].hex()})")
 
 
-def sniff_for_slot(data: bytes, slot: str, label: str) -> Sniffed:
-    """`sniff`, then refuse a format that may not be sent in `slot` ("images" | "audio" | "videos")."""
-    found = sniff(data, label)
+def sniff_for_slot(item: MediaItem) -> Sniffed:
+    """`sniff`, then refuse a format that may not be sent in the item's slot (an mp4 in `images`)."""
+    found = sniff(item)
+    slot = item.slot
     allowed = SLOT_CONTAINERS[slot]
     if found.container not in allowed:
-        raise UnsupportedMedia(label, f"{found.kind} ({found.container}) is not accepted in `{slot}` "
+        raise UnsupportedMedia(item, f"{found.kind} ({found.container}) is not accepted in `{slot}` "
                                       f"(accepted: {', '.join(sorted(allowed))})")
     return found

@@ -34,6 +34,7 @@ import numpy as np
 
 from preprocess.audio import MIN_SAMPLES, SAMPLE_RATE_HZ, MonoResampler, open_container, stream_seconds
 from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
+from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 from preprocess.sniff import sniff_for_slot
 
@@ -101,8 +102,8 @@ def _rotation_degrees(frame: av.VideoFrame, stream: av.video.stream.VideoStream)
 class _FrameSampler:
     """Keeps, for each tick k/fps (from the first frame), the nearest decoded frame, scaled once, upright."""
 
-    def __init__(self, label: str, limits: MediaLimits, policy: VideoFramePolicy, stream):
-        self.label, self.limits, self.policy, self.stream = label, limits, policy, stream
+    def __init__(self, item: MediaItem, limits: MediaLimits, policy: VideoFramePolicy, stream):
+        self.item, self.limits, self.policy, self.stream = item, limits, policy, stream
         self.max_seconds = limits.max_video_seconds + limits.decode_slack_seconds
         self.max_decoded = int(self.max_seconds * limits.max_video_source_fps) + 1
         self.frames: list[np.ndarray] = []
@@ -116,12 +117,12 @@ class _FrameSampler:
 
     def _setup(self, frame: av.VideoFrame) -> None:
         if frame.width * frame.height > self.limits.max_video_frame_pixels:
-            raise MediaTooLarge(self.label, f"{frame.width}x{frame.height} frames over max_video_frame_pixels="
+            raise MediaTooLarge(self.item, f"{frame.width}x{frame.height} frames over max_video_frame_pixels="
                                             f"{self.limits.max_video_frame_pixels}")
         self.rotation = _rotation_degrees(frame, self.stream)
         height, width = (frame.width, frame.height) if self.rotation % 180 else (frame.height, frame.width)
         if max(height, width) / min(height, width) > self.limits.max_image_aspect_ratio:
-            raise UnsupportedMedia(self.label, f"frame aspect ratio {width}x{height} over max_image_aspect_ratio="
+            raise UnsupportedMedia(self.item, f"frame aspect ratio {width}x{height} over max_image_aspect_ratio="
                                                f"{self.limits.max_image_aspect_ratio:g}")
         self.source_size = (height, width)
         self.size = frame_size(height, width, self.policy)
@@ -131,7 +132,7 @@ class _FrameSampler:
             return float(frame.time)
         rate = self.stream.average_rate or self.stream.guessed_rate
         if not rate:
-            raise CorruptMedia(self.label, "video frames carry no timestamps and the stream no frame rate")
+            raise CorruptMedia(self.item, "video frames carry no timestamps and the stream no frame rate")
         return self.decoded / float(rate)
 
     def _pixels(self, frame: av.VideoFrame) -> np.ndarray:
@@ -149,14 +150,14 @@ class _FrameSampler:
 
     def _keep(self, frame: av.VideoFrame) -> None:
         if len(self.frames) >= int(self.max_seconds * self.policy.fps) + 2:
-            raise MediaTooLarge(self.label, f"more than {len(self.frames)} frames at {self.policy.fps:g} fps, over "
+            raise MediaTooLarge(self.item, f"more than {len(self.frames)} frames at {self.policy.fps:g} fps, over "
                                             f"max_video_seconds={self.limits.max_video_seconds:g}")
         self.frames.append(self._pixels(frame))
 
     def add(self, frame: av.VideoFrame) -> None:
         self.decoded += 1
         if self.decoded > self.max_decoded:
-            raise MediaTooLarge(self.label, f"more than {self.max_decoded - 1} frames decoded, over max_video_seconds="
+            raise MediaTooLarge(self.item, f"more than {self.max_decoded - 1} frames decoded, over max_video_seconds="
                                             f"{self.limits.max_video_seconds:g} x max_video_source_fps="
                                             f"{self.limits.max_video_source_fps:g}")
         if self.size is None:
@@ -166,7 +167,7 @@ class _FrameSampler:
             self.origin_s = time_s
         t = time_s - self.origin_s
         if t > self.max_seconds:
-            raise MediaTooLarge(self.label, f"frame at {t:.1f} s, over max_video_seconds="
+            raise MediaTooLarge(self.item, f"frame at {t:.1f} s, over max_video_seconds="
                                             f"{self.limits.max_video_seconds:g}")
         if self._prev is not None and t < self._prev[1]:
             return  # out-of-order timestamp: ignore rather than go back in time
@@ -185,9 +186,9 @@ def _align(samples: np.ndarray, audio_start_s: float, video_start_s: float) -> n
 
 
 class _Soundtrack:
-    def __init__(self, label: str, limits: MediaLimits):
+    def __init__(self, item: MediaItem, limits: MediaLimits):
         max_seconds = limits.max_video_seconds + limits.decode_slack_seconds
-        self.resampler = MonoResampler(label, max_seconds, "max_video_seconds", limits.max_video_seconds)
+        self.resampler = MonoResampler(item, max_seconds, "max_video_seconds", limits.max_video_seconds)
         self.start_s: float | None = None
 
     def add(self, frame: av.AudioFrame) -> None:
@@ -202,21 +203,21 @@ class _Soundtrack:
         return samples if len(samples) >= MIN_SAMPLES else None
 
 
-def _streams(container, label: str):
+def _streams(container, item: MediaItem):
     pictures = [s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
     if not pictures:
-        raise UnsupportedMedia(label, "no video stream (cover art alone is not a video)")
+        raise UnsupportedMedia(item, "no video stream (cover art alone is not a video)")
     return pictures[0], next(iter(container.streams.audio), None)
 
 
-def _check_header(video, container, label: str, limits: MediaLimits) -> None:
+def _check_header(video, container, item: MediaItem, limits: MediaLimits) -> None:
     width, height = video.codec_context.width, video.codec_context.height
     if width * height > limits.max_video_frame_pixels:
-        raise MediaTooLarge(label, f"{width}x{height} frames over max_video_frame_pixels="
+        raise MediaTooLarge(item, f"{width}x{height} frames over max_video_frame_pixels="
                                    f"{limits.max_video_frame_pixels}")
     claimed = stream_seconds(video, container)
     if claimed is not None and claimed > limits.max_video_seconds + limits.decode_slack_seconds:
-        raise MediaTooLarge(label, f"header claims {claimed:.1f} s, over max_video_seconds="
+        raise MediaTooLarge(item, f"header claims {claimed:.1f} s, over max_video_seconds="
                                    f"{limits.max_video_seconds:g}")
 
 
@@ -237,25 +238,26 @@ def _demux(container, video, audio, sampler: _FrameSampler, soundtrack: _Soundtr
     return bad_packets
 
 
-def decode_video(data: bytes, label: str, limits: MediaLimits = MediaLimits(),
+def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
                  policy: VideoFramePolicy = VideoFramePolicy()) -> DecodedVideo:
     """Video bytes -> frames at `policy.fps` + soundtrack, one demux pass; typed `MediaError` on bad input."""
-    container_name = sniff_for_slot(data, "videos", label).container
-    with open_container(data, label) as container:
-        video, audio = _streams(container, label)
-        _check_header(video, container, label, limits)
+    data = item.data
+    container_name = sniff_for_slot(item).container
+    with open_container(data, item) as container:
+        video, audio = _streams(container, item)
+        _check_header(video, container, item, limits)
         video.thread_type = "AUTO"
-        sampler = _FrameSampler(label, limits, policy, video)
-        soundtrack = _Soundtrack(label, limits) if audio is not None else None
+        sampler = _FrameSampler(item, limits, policy, video)
+        soundtrack = _Soundtrack(item, limits) if audio is not None else None
         try:
             bad_packets = _demux(container, video, audio, sampler, soundtrack)
             samples = soundtrack.finish(sampler.origin_s or 0.0) if soundtrack is not None else None
         except MediaError:
             raise
         except (av.error.FFmpegError, ValueError, MemoryError) as exc:
-            raise CorruptMedia(label, f"cannot decode {container_name} ({exc})") from None
+            raise CorruptMedia(item, f"cannot decode {container_name} ({exc})") from None
     if not sampler.frames:
-        raise CorruptMedia(label, f"no decodable video frames ({bad_packets} bad packets)")
+        raise CorruptMedia(item, f"no decodable video frames ({bad_packets} bad packets)")
     frames = sampler.frames + sampler.frames[-1:] * (len(sampler.frames) % 2)
     height, width = sampler.source_size
     return DecodedVideo(frames=np.stack(frames), soundtrack=samples, fps=policy.fps, source_width=width,

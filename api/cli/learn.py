@@ -1,4 +1,4 @@
-"""`omni eval`, `omni calibrate` and `omni finetune`: argv → labelled dataset + engine → reports and checkpoints.
+"""`omni eval`, `omni calibrate` and `omni finetune`: argv → labelled dataset + model → reports and checkpoints.
 
 An edge like `api/cli.py` (which wires these three subcommands): parses flags, loads the model through
 `DecisionEngine` (so the tiny default, hub ids and strict loading behave as in `omni decide`), and hands the work to
@@ -21,23 +21,27 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _engine(args: argparse.Namespace):
-    """A loaded DecisionEngine for the flags (calibration is applied explicitly by the callers, never twice)."""
+def _model(args: argparse.Namespace):
+    """The loaded ClefModel for the flags (calibration is applied explicitly by the callers, never twice)."""
     import torch
 
-    from omni.contract.config import EngineConfig
-    from omni.serve.engine import DecisionEngine
+    from omni.model.clef import ClefModel
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
-    return DecisionEngine(config).load()
+    return ClefModel.from_config(_config(args))
 
 
-def _records(args: argparse.Namespace, engine, path: str | None = None):
+def _config(args: argparse.Namespace):
+    from omni.contract.config import EngineConfig
+
+    return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
+
+
+def _records(args: argparse.Namespace, path: str | None = None):
     from omni.learn.dataset import load_dataset
 
-    return load_dataset(path or args.data, engine.config)
+    return load_dataset(path or args.data, _config(args))
 
 
 def _say(message: str) -> None:
@@ -56,19 +60,18 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from omni.model.calibration import CalibrationError, load_calibration
     from omni.learn.evaluation import collect_logits, compute_metrics, write_report
+    from omni.model.calibration import CalibrationError, load_calibration
 
-    engine = _engine(args)
-    calibration = load_calibration(engine.checkpoint_dir) if args.calibration else None
+    records = _records(args)
+    model = _model(args)
+    directory = model.source.directory
+    calibration = load_calibration(directory) if args.calibration else None
     if args.calibration and calibration is None:
-        raise CalibrationError(f"--calibration: {engine.checkpoint_dir} has no calibration.json "
-                               "(fit one with `omni calibrate`)")
-    records = _records(args, engine)
-    scored = collect_logits(engine.model, lambda r: engine.prepare(r.request), records, args.batch_size,
-                            not args.quiet, "evaluating", args.data)
+        raise CalibrationError(f"--calibration: {directory} has no calibration.json (fit one with `omni calibrate`)")
+    scored = collect_logits(model, records, args.batch_size, not args.quiet, "evaluating", args.data)
     result, groups, pooled = compute_metrics(scored, calibration, args.target_precision)
-    result["meta"] = {"model": str(engine.checkpoint_dir), "dataset": str(args.data), "records": len(records),
+    result["meta"] = {"model": str(directory), "dataset": str(args.data), "records": len(records),
                       "labelled questions": len(scored), "calibration": "on" if calibration else "off"}
     out = write_report(result, groups, pooled, scored, args.out, calibration, plots=not args.no_plots)
     print(format_summary(result))
@@ -99,16 +102,16 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from omni.learn import metrics
-    from omni.model.calibration import checkpoint_fingerprint, fit_calibration, save_calibration
     from omni.learn.evaluation import collect_logits, compute_metrics
+    from omni.model.calibration import checkpoint_fingerprint, fit_calibration, save_calibration
 
-    engine = _engine(args)
-    records = _records(args, engine)
-    scored = collect_logits(engine.model, lambda r: engine.prepare(r.request), records, args.batch_size,
-                            not args.quiet, "scoring", args.data)
+    records = _records(args)
+    model = _model(args)
+    scored = collect_logits(model, records, args.batch_size, not args.quiet, "scoring", args.data)
+    directory = model.source.directory
     calibration = fit_calibration(((s.question_type, s.logits, s.label) for s in scored),
-                                  checkpoint_fingerprint(engine.checkpoint_dir), args.min_samples)
-    path = save_calibration(calibration, Path(args.out) if args.out else engine.checkpoint_dir)
+                                  checkpoint_fingerprint(directory), args.min_samples)
+    path = save_calibration(calibration, Path(args.out) if args.out else directory)
     before, after = (compute_metrics(scored, c)[0]["types"]["all"] for c in (None, calibration))
     for key, detail in calibration.details.items():
         temperature = f"T = {detail['temperature']:.3f}" if detail["fitted"] else "not fitted (too few samples)"
@@ -173,13 +176,12 @@ def run_finetune(args: argparse.Namespace) -> int:
     from omni.learn.training import finetune
 
     config = training_config_from_args(args)
-    engine = _engine(args)
-    records = _records(args, engine)
-    validation = _records(args, engine, args.validation) if args.validation else None
+    records = _records(args)
+    validation = _records(args, args.validation) if args.validation else None
+    model = _model(args)
     try:
-        summary = finetune(engine.model, engine.checkpoint_dir, records, args.out, config, validation,
-                           engine.config.media, restart=args.restart, keep_state=args.keep_state,
-                           progress=not args.quiet, log=_say)
+        summary = finetune(model, model.source.directory, records, args.out, config, validation,
+                           restart=args.restart, keep_state=args.keep_state, progress=not args.quiet, log=_say)
     except ValueError as exc:          # a leftover state of another run, a split too small, an output = input
         print(f"omni: finetune: {exc}", file=sys.stderr)
         return 2

@@ -93,8 +93,7 @@ def _announce(svc: ServiceState) -> None:
 
 
 async def _handle(request: Request, exc: Exception) -> JSONResponse:
-    status, body, headers = error_payload(exc, _request_id(request.scope),
-                                          getattr(request.state, "media_origins", None))
+    status, body, headers = error_payload(exc, _request_id(request.scope))
     return JSONResponse(body, status_code=status, headers=headers)
 
 

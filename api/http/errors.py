@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -104,14 +103,13 @@ def handled_classes() -> tuple[type[BaseException], ...]:
     return tuple(cls for cls in TABLE if cls is not Exception)
 
 
-def error_payload(exc: BaseException, request_id: str,
-                  origins: dict[str, str] | None = None) -> tuple[int, dict, dict[str, str]]:
-    """(status, JSON body, headers) for `exc`. `origins` maps media labels to what the caller sent (for messages)."""
+def error_payload(exc: BaseException, request_id: str) -> tuple[int, dict, dict[str, str]]:
+    """(status, JSON body, headers) for `exc`."""
     rule = rule_for(exc)
     status = rule.status if rule.status is not None else int(getattr(exc, "status_code", 500))
     headers = rule.headers(exc) if rule.headers else {}
     if rule.field:
-        detail: object = _field_issues(exc, origins or {})
+        detail: object = _field_issues(exc)
     else:
         error_type = _HTTP_TYPES.get(status, rule.error_type) if rule.status is None else rule.error_type
         message = rule.message(exc) if rule.message else str(exc)
@@ -122,24 +120,12 @@ def error_payload(exc: BaseException, request_id: str,
     return status, {"detail": detail, "request_id": request_id}, headers
 
 
-def _field_issues(exc: BaseException, origins: dict[str, str]) -> list[dict]:
+def _field_issues(exc: BaseException) -> list[dict]:
     if isinstance(exc, RequestValidationError):
         return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "value_error")}
                 for e in exc.errors()]
     if isinstance(exc, InvalidRequest):
         return [{"loc": ["body", *i.loc], "msg": i.msg, "type": i.type} for i in exc.issues]
-    if isinstance(exc, MediaError):
-        msg = exc.detail
-        if exc.label in origins:
-            msg = f"{msg} (sent as {origins[exc.label]})"
-        return [{"loc": ["body", *label_loc(exc.label)], "msg": msg, "type": exc.type}]
+    if isinstance(exc, MediaError):   # the item says where it sits and how it was sent
+        return [{"loc": ["body", *exc.item.loc], "msg": exc.message, "type": exc.type}]
     return [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]
-
-
-_LABEL = re.compile(r"^([A-Za-z_][\w-]*)\[(\d+)\]$")
-
-
-def label_loc(label: str) -> list:
-    """'videos[1]' -> ['videos', 1]; anything else -> [label]."""
-    m = _LABEL.match(label or "")
-    return [m.group(1), int(m.group(2))] if m else [label]

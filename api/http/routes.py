@@ -1,8 +1,10 @@
 """HTTP routes: /v1/systemone, /v1/models, /health, /ready, /metrics.
 
-The decision route: auth -> readiness -> capped body read -> (thread pool) decompress, split the media forms,
-`parse_request`, model check -> `engine.submit` (admission, decode pool, micro-batcher) awaited with the request's
-deadline -> System One JSON + Server-Timing. Errors are raised, never caught here: `api/errors.py` maps them.
+The decision route: auth -> readiness -> capped body read -> (thread pool) decompress and split the body into JSON
+plus named parts (`api/http/transport.py`), `parse_request` (the one wire parser, which also checks the model name)
+-> `engine.submit` (admission, decode pool, micro-batcher) awaited with the request's deadline -> System One JSON +
+Server-Timing. `decide` is that whole path, so another wire envelope is a thin route around it (see
+`api/http/cloudflare.py`). Errors are raised, never caught here: `api/http/errors.py` maps them.
 Async code never touches torch; all engine work happens behind `engine.submit`'s future.
 Knows nothing of how the engine batches or decodes, nor of the environment.
 """
@@ -12,6 +14,7 @@ import asyncio
 import dataclasses
 import hmac
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +25,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.http import schemas
 from api.http.errors import BodyTooLarge, Unauthorized
-from api.http.transport import check_content_headers, decompress, parse_body
 from api.http.metrics import Metrics
 from api.http.settings import Settings
+from api.http.transport import check_content_headers, decompress, read_body
 from omni.contract.errors import DeadlineExceeded, NotReady
 from omni.contract.request import parse_request
-from omni.contract.types import DecisionRequest
+from omni.contract.types import Decision, DecisionRequest
 
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
 
@@ -76,6 +79,15 @@ router = APIRouter()
                  "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}},
                  "multipart/form-data": {"schema": {"$ref": "#/components/schemas/MultipartRequest"}}}}})
 async def systemone(request: Request) -> Response:
+    decision, server_timing = await decide(request)
+    return JSONResponse(decision.to_wire(), headers={"Server-Timing": server_timing})
+
+
+async def decide(request: Request, check_body: Callable[[Any], None] | None = None) -> tuple[Decision, str]:
+    """The decision path of every wire envelope: (the Decision, its Server-Timing header value).
+
+    `check_body(body)` runs on the parsed JSON before the wire parser (an envelope's own rules about the body).
+    """
     svc = service(request)
     arrived = request.state.started_at
     if svc.drain_started is not None and arrived >= svc.drain_started:
@@ -85,10 +97,8 @@ async def systemone(request: Request) -> Response:
     check_content_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
     raw = await _read_capped(request, svc.settings.body_cap_bytes)
 
-    origins: dict[str, str] = {}
-    request.state.media_origins = origins  # lets the error table name what the caller sent
     t_parse = time.monotonic()
-    prepare_args = (svc, raw, dict(request.headers), origins, request.state.request_id)
+    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, check_body)
     if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
         decision_request = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
     else:
@@ -110,8 +120,7 @@ async def systemone(request: Request) -> Response:
         svc.metrics.inflight.dec()
     svc.metrics.observe_decision(decision)
     timings = {"parse": parse_s * 1000, **decision.timings_ms, "total": (time.monotonic() - arrived) * 1000}
-    server_timing = ", ".join(f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items())
-    return JSONResponse(decision.to_wire(), headers={"Server-Timing": server_timing})
+    return decision, ", ".join(f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items())
 
 
 async def _read_capped(request: Request, cap_bytes: int) -> bytes:
@@ -126,14 +135,14 @@ async def _read_capped(request: Request, cap_bytes: int) -> bytes:
     return bytes(body)
 
 
-def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], origins: dict[str, str],
-             request_id: str) -> DecisionRequest:
+def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
+             check_body: Callable[[Any], None] | None) -> DecisionRequest:
     """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64) stays off the event loop."""
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
-    parsed = parse_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
-    origins.update(parsed.origins)
-    decision_request = parse_request(parsed.body, svc.settings.engine, parsed.extra_media)
-    svc.engine.check_model(decision_request.model)  # raises UnknownModel
+    wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
+    if check_body is not None:
+        check_body(wire.body)
+    decision_request = parse_request(wire.body, svc.settings.engine, wire.parts)
     return dataclasses.replace(decision_request, request_id=request_id)
 
 
@@ -144,8 +153,9 @@ async def models(request: Request) -> dict:
     info = svc.engine.info
     name = info["name"]
     aliases = [a for a in svc.settings.engine.model_aliases if a != name]
-    card = {"name": name, "description": info.get("description", ""), "context": int(info.get("context_tokens", 0)),
-            "aliases": aliases, "tiny_default": bool(info.get("tiny_default")), "limits": info.get("limits", {})}
+    card = {"name": name, "description": info["description"], "release_date": info["release_date"],
+            "context": int(info["context_tokens"]), "aliases": aliases, "tiny_default": bool(info["tiny_default"]),
+            "limits": info["limits"]}
     return {"models": [card], "object": "list", "data": [{"id": n} for n in [name, *aliases]]}
 
 

@@ -133,8 +133,12 @@ class ErrorBody(BaseModel):
 
 
 class ModelCard(BaseModel):
+    """System One's model entry (`name`, `description`, `release_date`) plus our extras."""
+
     name: str
     description: str
+    release_date: str = Field(description="YYYY-MM-DD: the checkpoint's release metadata, else its head file's date",
+                              examples=["2026-10-09"])
     context: int = Field(description="context window in tokens")
     aliases: list[str]
     tiny_default: bool = Field(description="true: the embedded tiny demo model (trained on a synthetic inspection task only; not real answers)")

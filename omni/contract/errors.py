@@ -1,6 +1,6 @@
 """Typed errors of the decision core. Each names what went wrong in the caller's terms (field path, limit).
 
-Knows nothing of HTTP status codes: `api/errors.py` maps these classes to responses in one table.
+Knows nothing of HTTP status codes: `api/http/errors.py` maps these classes to responses in one table.
 """
 from __future__ import annotations
 
@@ -34,6 +34,28 @@ class InvalidRequest(OmniError):
     @classmethod
     def one(cls, loc: Loc, msg: str, type: str = "value_error") -> InvalidRequest:
         return cls([Issue(tuple(loc), msg, type)])
+
+
+class Issues:
+    """Collects every problem of a body, so that all of them are reported together (`raise_if_any`)."""
+
+    def __init__(self):
+        self.issues: list[Issue] = []
+
+    def add(self, loc, msg: str, type_: str = "value_error") -> None:
+        self.issues.append(Issue(tuple(loc), msg, type_))
+
+    def count(self, loc, n: int, minimum: int, maximum: int, container: str) -> None:
+        """Pydantic-style too_short / too_long messages for a map ("Dictionary") or a list ("List")."""
+        for bound, word, kind, broken in ((minimum, "least", "too_short", n < minimum),
+                                          (maximum, "most", "too_long", n > maximum)):
+            if broken:
+                noun = "item" if bound == 1 else "items"
+                self.add(loc, f"{container} should have at {word} {bound} {noun} after validation, not {n}", kind)
+
+    def raise_if_any(self) -> None:
+        if self.issues:
+            raise InvalidRequest(self.issues)
 
 
 class ContextTooLong(InvalidRequest):

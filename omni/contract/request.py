@@ -1,97 +1,36 @@
-"""Validates a System One request body (a parsed JSON mapping) and converts it to a `DecisionRequest`.
+"""The one parser of the wire: a System One body (a parsed JSON mapping) plus named parts -> a `DecisionRequest`.
 
-The one authority on request rules for every edge (CLI, HTTP, datasets). Every violation becomes an `Issue` naming
-the field path and the limit; all issues of a body are reported together. Clef media items (`images`, `audio`,
-`videos`: data URLs or `{content_type, base64}`) are base64-decoded here into `MediaRef`s; they are sniffed and
-decoded later by `preprocess`. Knows nothing of HTTP, pydantic, torch or the model. Never fetches URLs or reads paths.
+Every edge calls `parse_request`: HTTP (JSON and multipart), `omni decide`, dataset lines. It folds every media form
+(`omni.contract.media_forms`: Clef slots, llama.cpp `files`, TypeSafe `assets` with placeholders, named parts),
+validates state, questions, `truncate` and `model`, and reports every violation of a body together as `Issue`s naming
+the field path and the limit; a well-formed request for a model this server does not answer as is `UnknownModel`.
+Knows nothing of HTTP, pydantic, torch or the model. Never fetches URLs or reads paths.
 """
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from omni.contract.config import EngineConfig
-from omni.contract.errors import InvalidRequest, Issue
+from omni.contract.errors import InvalidRequest, Issues, UnknownModel
+from omni.contract.json_values import json_value_problem
+from omni.contract.media_forms import collect_media, replace_placeholders
 from omni.contract.types import (
     NOUL_DEFAULT_FALSE,
     NOUL_DEFAULT_TRUE,
     QUESTION_TYPES,
     DecisionRequest,
-    MediaRef,
     Option,
+    Part,
     Question,
 )
-
-MEDIA_SLOTS = (("images", "image"), ("audio", "audio"), ("videos", "video"))
-MAX_JSON_DEPTH = 64     # nesting of state / instructions / descriptions; deeper is refused, never a RecursionError
-_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,(?P<data>.*)$",
-                       re.IGNORECASE | re.DOTALL)
-
-
-def load_json(data: bytes | str, loc=()) -> Any:
-    """Parse a JSON document from a caller; every way it can be unreadable is an InvalidRequest (json_invalid)."""
-    try:
-        return json.loads(data)
-    except json.JSONDecodeError as exc:
-        problem = exc.msg
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 ({exc.reason})"
-    except RecursionError:
-        problem = "nested too deeply"
-    except ValueError as exc:       # e.g. an integer of more than 4,300 digits
-        problem = str(exc).split(";")[0]
-    raise InvalidRequest.one(tuple(loc), f"JSON decode error: {problem}", "json_invalid")
-
-
-def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
-    """Why a JSON value cannot be rendered into the prompt (too deep, or text that is not valid Unicode), else None.
-
-    Iterative, so a hostile depth cannot exhaust the stack while it is being checked.
-    """
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "contains an unpaired surrogate (not valid Unicode text)"
-        elif isinstance(item, (dict, list)):
-            if depth > max_depth:
-                return f"is nested more than {max_depth} levels deep"
-            if isinstance(item, dict):
-                stack.extend((key, depth) for key in item)
-                stack.extend((child, depth + 1) for child in item.values())
-            else:
-                stack.extend((child, depth + 1) for child in item)
-    return None
 
 
 def _is_entry(value: Any) -> bool:
     return isinstance(value, (str, dict, list))
 
 
-class _Collector:
-    def __init__(self):
-        self.issues: list[Issue] = []
-
-    def add(self, loc, msg: str, type_: str = "value_error") -> None:
-        self.issues.append(Issue(tuple(loc), msg, type_))
-
-    def count(self, loc, n: int, minimum: int, maximum: int, container: str) -> None:
-        """Pydantic-style too_short / too_long messages for a map ("Dictionary") or a list ("List")."""
-        for bound, word, kind, broken in ((minimum, "least", "too_short", n < minimum),
-                                          (maximum, "most", "too_long", n > maximum)):
-            if broken:
-                noun = "item" if bound == 1 else "items"
-                self.add(loc, f"{container} should have at {word} {bound} {noun} after validation, not {n}", kind)
-
-
-def _noul_options(criteria: Any, loc, issues: _Collector) -> tuple[Option, ...]:
+def _noul_options(criteria: Any, loc, issues: Issues) -> tuple[Option, ...]:
     descriptions = {"true": NOUL_DEFAULT_TRUE, "false": NOUL_DEFAULT_FALSE}
     if criteria is not None:
         if not isinstance(criteria, dict):
@@ -105,7 +44,7 @@ def _noul_options(criteria: Any, loc, issues: _Collector) -> tuple[Option, ...]:
     return (Option("true", descriptions["true"]), Option("false", descriptions["false"]))
 
 
-def _choice_options(criteria: Any, loc, config: EngineConfig, issues: _Collector) -> tuple[Option, ...]:
+def _choice_options(criteria: Any, loc, config: EngineConfig, issues: Issues) -> tuple[Option, ...]:
     if criteria is None:
         issues.add(loc, "Field required", "missing")
         return ()
@@ -121,7 +60,7 @@ def _choice_options(criteria: Any, loc, config: EngineConfig, issues: _Collector
     return tuple(Option(str(k), v) for k, v in criteria.items())
 
 
-def _score_options(criteria: Any, loc, config: EngineConfig, issues: _Collector) -> tuple[Option, ...]:
+def _score_options(criteria: Any, loc, config: EngineConfig, issues: Issues) -> tuple[Option, ...]:
     if criteria is None:
         issues.add(loc, "Field required", "missing")
         return ()
@@ -136,7 +75,8 @@ def _score_options(criteria: Any, loc, config: EngineConfig, issues: _Collector)
     return tuple(Option(str(i), level) for i, level in enumerate(criteria))
 
 
-def _question(qid: str, raw: Any, config: EngineConfig, issues: _Collector) -> Question | None:
+def _question(qid: str, raw: Any, config: EngineConfig, issues: Issues,
+              replacements: dict[str, str]) -> Question | None:
     loc = ("questions", qid)
     if not isinstance(raw, dict):
         issues.add(loc, "Input should be a valid dictionary", "dict_type")
@@ -149,11 +89,11 @@ def _question(qid: str, raw: Any, config: EngineConfig, issues: _Collector) -> Q
         issues.add(loc, f"Input tag {qtype!r} found using 'type' does not match any of the expected tags: 'noul', "
                    "'choice', 'score'", "union_tag_invalid")
         return None
-    instructions = raw.get("instructions")
+    instructions = replace_placeholders(raw.get("instructions"), replacements)
     if instructions is not None and not _is_entry(instructions):
         issues.add(loc + (qtype, "instructions"), "must be a string, object, array or null", "entry_type")
     criteria_loc = loc + (qtype, "criteria")
-    criteria = raw.get("criteria")
+    criteria = replace_placeholders(raw.get("criteria"), replacements)
     for field, value in (("instructions", instructions), ("criteria", criteria)):
         if (problem := json_value_problem(value)) is not None:
             issues.add(loc + (qtype, field), f"{field} {problem}", "value_error")
@@ -167,7 +107,8 @@ def _question(qid: str, raw: Any, config: EngineConfig, issues: _Collector) -> Q
     return Question(qid, qtype, options, instructions)
 
 
-def _questions(raw: Any, config: EngineConfig, issues: _Collector) -> tuple[Question, ...]:
+def _questions(raw: Any, config: EngineConfig, issues: Issues,
+               replacements: dict[str, str]) -> tuple[Question, ...]:
     if raw is None:
         issues.add(("questions",), "Field required", "missing")
         return ()
@@ -184,63 +125,30 @@ def _questions(raw: Any, config: EngineConfig, issues: _Collector) -> tuple[Ques
         elif len(qid) > config.max_question_id_chars:
             issues.add(("questions", qid), f"question ids may have at most {config.max_question_id_chars} "
                        f"characters, not {len(qid)}", "string_too_long")
-        question = _question(qid, body, config, issues)
+        question = _question(qid, body, config, issues, replacements)
         if question is not None:
             questions.append(question)
     return tuple(questions)
 
 
-def decode_media_item(item: Any, loc, issues: _Collector) -> tuple[bytes, str | None] | None:
-    """A data URL or `{content_type, base64}` → (bytes, declared type). URLs and paths are refused."""
-    if isinstance(item, dict):
-        content_type, payload = item.get("content_type"), item.get("base64")
-        if not isinstance(content_type, str) or not isinstance(payload, str):
-            issues.add(loc, "a media object needs string fields 'content_type' and 'base64'", "media_item")
-            return None
-    elif isinstance(item, str):
-        match = _DATA_URL.match(item.strip())
-        if match is None or not match.group("b64"):
-            kind = "remote URLs are not fetched" if item.lower().startswith(("http:", "https:")) else "not a data URL"
-            issues.add(loc, f"{kind}: send a base64 data URL (data:<type>;base64,...) or "
-                       "{\"content_type\", \"base64\"}", "media_item")
-            return None
-        content_type, payload = match.group("mime"), match.group("data")
-    else:
-        issues.add(loc, "a media item must be a data URL string or {\"content_type\", \"base64\"}", "media_item")
-        return None
-    try:
-        data = base64.b64decode(re.sub(r"\s+", "", payload), validate=True)
-    except (binascii.Error, ValueError):
-        issues.add(loc, "invalid base64 payload", "media_item")
-        return None
-    if not data:
-        issues.add(loc, "empty media item", "media_item")
-        return None
-    return data, content_type
+def served_model(name: str | None, config: EngineConfig) -> str:
+    """The served name for an accepted `model` field (missing = accepted); UnknownModel otherwise."""
+    accepted = tuple(dict.fromkeys((config.served_name, *config.model_aliases)))
+    if name is None or name.strip() in accepted:
+        return config.served_name
+    raise UnknownModel(name, accepted)
 
 
-def _media(body: Mapping, issues: _Collector) -> list[MediaRef]:
-    refs = []
-    for field, kind in MEDIA_SLOTS:
-        items = body.get(field)
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            issues.add((field,), f"{field} must be a list of data URLs or {{content_type, base64}} objects", "list_type")
-            continue
-        for i, item in enumerate(items):
-            decoded = decode_media_item(item, (field, i), issues)
-            if decoded is not None:
-                refs.append(MediaRef(kind, decoded[0], f"{field}[{i}]", decoded[1]))
-    return refs
+def parse_request(body: Any, config: EngineConfig, parts: Sequence[Part] = ()) -> DecisionRequest:
+    """Validate a System One body and the parts sent beside it; unknown top-level fields are ignored.
 
-
-def parse_request(body: Any, config: EngineConfig, extra_media: Sequence[MediaRef] = ()) -> DecisionRequest:
-    """Validate a System One body; unknown top-level fields are ignored. Raises InvalidRequest with every issue."""
-    issues = _Collector()
+    Raises InvalidRequest with every issue of the body, then UnknownModel for a model this server does not serve.
+    """
+    issues = Issues()
     if not isinstance(body, Mapping):
-        raise InvalidRequest.one((), "the request body must be a JSON object", "dict_type")
-    state = body.get("state")
+        raise InvalidRequest.one((), "Input should be a valid dictionary or object", "model_attributes_type")
+    media, replacements = collect_media(body, parts, issues)
+    state = replace_placeholders(body.get("state"), replacements)
     if "state" not in body:
         issues.add(("state",), "Field required", "missing")
     elif not isinstance(state, (str, dict, list)):
@@ -253,11 +161,8 @@ def parse_request(body: Any, config: EngineConfig, extra_media: Sequence[MediaRe
     truncate = body.get("truncate", True)
     if not isinstance(truncate, bool):
         issues.add(("truncate",), "truncate must be a boolean", "bool_type")
-    questions = _questions(body.get("questions"), config, issues)
-    media = _media(body, issues) + list(extra_media)
-    if issues.issues:
-        raise InvalidRequest(issues.issues)
-    order = {kind: rank for rank, (_, kind) in enumerate(MEDIA_SLOTS)}
-    media.sort(key=lambda ref: order[ref.kind])   # stable: reference order is images, audio, videos
+    questions = _questions(body.get("questions"), config, issues, replacements)
+    issues.raise_if_any()
+    served_model(model, config)
     return DecisionRequest(state=state, questions=questions, model=model, media=tuple(media), truncate=truncate,
                            request_id=body.get("id") if isinstance(body.get("id"), str) else None)

@@ -1,11 +1,15 @@
 """Frozen value types of the decision core: questions, requests, decisions.
 
-Knows nothing of HTTP, pydantic, torch or the model: these are plain data shared by every layer.
+Knows nothing of HTTP, pydantic, torch or the model: these are plain data shared by every layer. A request's media
+are `preprocess.item.MediaItem`s (the one typed value of a media item; it lives in `preprocess` because the decoders'
+errors carry it and `preprocess` may not import `omni`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from preprocess.item import MediaItem
 
 QuestionType = Literal["noul", "choice", "score"]
 QUESTION_TYPES: tuple[str, ...] = ("noul", "choice", "score")
@@ -46,16 +50,17 @@ class Question:
 
 
 @dataclass(frozen=True)
-class MediaRef:
-    """Raw bytes of one media item as the caller sent them; decoding happens in `preprocess`.
+class Part:
+    """A named upload beside the JSON body: a multipart file part, an `omni decide --image` file, a dataset's file.
 
-    `kind` is the slot it was sent in ("image" | "audio" | "video"); `label` names it for errors ("videos[1]").
+    A part named after a media slot (`images`, `audio`, `videos`) joins that slot; any other part must be claimed
+    by a TypeSafe asset (`{"type": "image", "part": NAME}`). `origin` says how it was sent, for messages.
     """
 
-    kind: Literal["image", "audio", "video"]
-    data: bytes
-    label: str
-    declared_type: str | None = None
+    name: str
+    data: bytes = field(repr=False)
+    content_type: str | None = None
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class DecisionRequest:
     state: Any
     questions: tuple[Question, ...]
     model: str | None = None
-    media: tuple[MediaRef, ...] = ()
+    media: tuple[MediaItem, ...] = ()        # prompt order: images, audio, videos
     truncate: bool = True
     request_id: str | None = None
 

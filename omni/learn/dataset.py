@@ -15,8 +15,10 @@ from typing import Any
 
 from omni.contract.config import EngineConfig
 from omni.contract.errors import InvalidRequest, OmniError
-from omni.contract.request import MEDIA_SLOTS, load_json, parse_request
-from omni.contract.types import DecisionRequest, MediaRef, Question
+from omni.contract.json_values import load_json
+from omni.contract.request import parse_request
+from omni.contract.types import DecisionRequest, Part, Question
+from preprocess.item import SLOTS
 
 MAX_PROBLEMS_SHOWN = 20
 
@@ -51,11 +53,11 @@ def _is_inline_media(item: Any) -> bool:
     return isinstance(item, dict) or (isinstance(item, str) and item.strip().lower().startswith("data:"))
 
 
-def _split_media(body: dict, root: Path) -> tuple[dict, list[MediaRef]]:
-    """Path entries → MediaRefs read from disk; inline entries stay in the body for the validator."""
+def _split_media(body: dict, root: Path) -> tuple[dict, list[Part]]:
+    """Path entries → parts of their slot, read from disk; inline entries stay in the body for the parser."""
     body = dict(body)
-    refs: list[MediaRef] = []
-    for field, kind in MEDIA_SLOTS:
+    parts: list[Part] = []
+    for field in SLOTS:
         items = body.get(field)
         if not isinstance(items, list) or all(_is_inline_media(item) for item in items):
             continue                            # absent, malformed (the validator says so) or all inline
@@ -69,9 +71,9 @@ def _split_media(body: dict, root: Path) -> tuple[dict, list[MediaRef]]:
             path = (root / item).resolve()
             if not path.is_file():
                 raise ValueError(f"{field}[{i}]: file not found: {item} (looked for {path})")
-            refs.append(MediaRef(kind, path.read_bytes(), f"{field}[{i}]"))
+            parts.append(Part(field, path.read_bytes(), origin=f"file {item}"))
         del body[field]
-    return body, refs
+    return body, parts
 
 
 def _normalise_label(question: Question, value: Any) -> str:
@@ -120,9 +122,9 @@ def parse_line(text: str, root: Path, config: EngineConfig, line: int) -> Labell
         raise ValueError("a line must be a JSON object (a request with labels)")
     if "labels" not in body:
         raise ValueError("labels: missing (add {question_id: answer})")
-    stripped, refs = _split_media(body, root)
+    stripped, parts = _split_media(body, root)
     try:
-        request = parse_request(stripped, config, refs)
+        request = parse_request(stripped, config, parts)
     except InvalidRequest as exc:
         raise ValueError("; ".join(f"{'.'.join(map(str, i.loc)) or '(body)'}: {i.msg}" for i in exc.issues)) from exc
     return LabelledRequest(request, _labels(body["labels"], request), line)

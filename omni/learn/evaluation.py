@@ -1,7 +1,6 @@
 """Runs a model over a labelled dataset → per-question probabilities → metrics → report files and plots.
 
-Scoring goes through the serving pipeline (a `prepare` callable such as `DecisionEngine.prepare`, then
-`ClefModel.logits`); optional calibration is applied to the logits before the float32 softmax, as serving does.
+Scoring goes through the serving pipeline (`ClefModel.prepare`, then `ClefModel.logits`); optional calibration is applied to the logits before the float32 softmax, as serving does.
 Writes `metrics.json`, `report.md`, `predictions.jsonl` and PNGs (reliability diagrams per question and per type,
 confusion matrices per question). Knows nothing of argv, HTTP or the environment.
 """
@@ -16,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from omni.learn import metrics
-from omni.learn.dataset import DatasetError, LabelledRequest, label_index
 from omni.contract.errors import MediaError, OmniError
 from omni.contract.types import QUESTION_TYPES
+from omni.learn import metrics
+from omni.learn.dataset import DatasetError, LabelledRequest, label_index
 
 
 @dataclass(frozen=True)
@@ -39,13 +38,14 @@ def _chunks(items: Sequence, size: int):
         yield items[start:start + size]
 
 
-def collect_logits(model, prepare: Callable, records: Sequence[LabelledRequest], batch_size: int = 4,
-                   progress: bool = True, description: str = "scoring",
-                   source: str = "dataset") -> list[ScoredQuestion]:
+def collect_logits(model, records: Sequence[LabelledRequest], batch_size: int = 4, progress: bool = True,
+                   description: str = "scoring", source: str = "dataset",
+                   prepare: Callable | None = None) -> list[ScoredQuestion]:
     """Raw head logits of every labelled question. A record that cannot be prepared is a DatasetError line.
 
-    `prepare(record)` → PreparedRecord, e.g. `lambda r: engine.prepare(r.request)` (decodes media each time).
+    `prepare(record)` → PreparedRecord; default `model.prepare(record.request)` (media decoded each time).
     """
+    prepare = prepare or (lambda record: model.prepare(record.request))
     from tqdm.auto import tqdm
 
     scored, problems = [], []

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from omni.contract.types import DecisionRequest, Option, Question
 from omni.learn.dataset import LabelledRequest, label_index
 from omni.learn.evaluation import collect_logits, compute_metrics
 from omni.model.export import save_released
-from omni.contract.types import DecisionRequest, Option, Question
 
 TRAINING_MODES = ("head", "lora", "full")
 STATE_FILE = "training_state.pt"
@@ -191,12 +191,9 @@ class Trainer:
     """One fine-tuning run of `model` (loaded from `source_dir`) into `out_dir`."""
 
     def __init__(self, model, source_dir: str | Path, out_dir: str | Path, config: TrainingConfig,
-                 media_limits=None, progress: bool = True, log: Callable[[str], None] | None = None):
-        from preprocess.media import MediaLimits
-
+                 progress: bool = True, log: Callable[[str], None] | None = None):
         self.model, self.config = model, config
         self.source_dir, self.out_dir = Path(source_dir), Path(out_dir)
-        self.media_limits = media_limits or MediaLimits()
         self.progress = progress
         self.log = log or (lambda message: None)
         self.media: dict[int, object] = {}
@@ -209,21 +206,16 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- pipeline
     def _encoded_media(self, record: LabelledRequest):
-        from omni.model.media import encode_request_media
-
         cached = self.media.get(record.line)
-        if cached is not None:
-            return cached
-        return encode_request_media(record.request.media, self.model.parts, self.media_limits,
-                                    **self.model.backbone.media_timing)
+        return cached if cached is not None else self.model.encode_media(record.request.media)
 
     def encode_media(self, records: Sequence[LabelledRequest]) -> None:
         """Decode + encode every record's media once, before any training: a bad file is a DatasetError line.
 
         The result is kept when `cache_media` (the default); otherwise each step encodes again (less memory).
         """
-        from omni.learn.dataset import DatasetError
         from omni.contract.errors import MediaError, OmniError
+        from omni.learn.dataset import DatasetError
 
         problems = []
         for record in records:
@@ -243,8 +235,8 @@ class Trainer:
     def validate(self, validation: Sequence[LabelledRequest]) -> tuple[float, float]:
         """(NLL, accuracy) over every labelled validation question, no augmentation, no gradients."""
         self.model.head.eval()
-        scored = collect_logits(self.model, self.prepare, validation, self.config.batch_records, self.progress,
-                                "validating")
+        scored = collect_logits(self.model, validation, self.config.batch_records, self.progress, "validating",
+                                prepare=self.prepare)
         pooled = compute_metrics(scored)[0]["types"]["all"]
         return pooled["nll"], pooled["accuracy"]
 
@@ -352,7 +344,7 @@ def _show(value: float | None) -> str:
 
 def finetune(model, source_dir: str | Path, records: Sequence[LabelledRequest], out_dir: str | Path,
              config: TrainingConfig | None = None, validation: Sequence[LabelledRequest] | None = None,
-             media_limits=None, restart: bool = False, keep_state: bool = False, progress: bool = True,
+             restart: bool = False, keep_state: bool = False, progress: bool = True,
              log: Callable[[str], None] | None = None) -> dict:
     """Split (unless `validation` is given), train and save. Returns the summary written to training.json."""
     config = config or TrainingConfig()
@@ -360,5 +352,5 @@ def finetune(model, source_dir: str | Path, records: Sequence[LabelledRequest], 
         train, validation = split_dataset(records, config.validation_fraction, config.seed)
     else:
         train = list(records)
-    trainer = Trainer(model, source_dir, out_dir, config, media_limits, progress, log)
+    trainer = Trainer(model, source_dir, out_dir, config, progress, log)
     return trainer.run(train, validation, restart=restart, keep_state=keep_state)

@@ -18,42 +18,9 @@ from omni.contract.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
-BACKBONE_FILES = ("config.json",)
-HEAD_FILES = ("joint_head_config.json", "joint_head.safetensors")
-TOKENIZER_FILES = ("tokenizer_config.json",)
 ALLOWED_UNEXPECTED_PREFIXES = ("talker.", "code2wav.")
 MEDIA_TENSOR_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
                      "video_second_per_grid", "input_features", "feature_attention_mask")
-
-
-def resolve_checkpoint_dir(path_or_hub_id: str) -> Path:
-    """A local directory as is; otherwise a hub id, downloaded (or taken from the HF cache) as a snapshot."""
-    path = Path(path_or_hub_id).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists() or path_or_hub_id.startswith((".", "/", "~")) or path_or_hub_id.count("/") != 1:
-        raise CheckpointError(f"model path {path_or_hub_id!r} is not a directory (nor a hub id like 'org/name')")
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(path_or_hub_id))
-    except Exception as exc:  # network down, repo missing, auth: say which and stop
-        raise CheckpointError(f"could not fetch {path_or_hub_id!r} from the hub: {exc}") from exc
-
-
-def check_checkpoint_files(directory: Path) -> None:
-    """Refuse a directory that lacks a part of the released layout, naming every missing file."""
-    missing = [name for name in BACKBONE_FILES + HEAD_FILES + TOKENIZER_FILES if not (directory / name).is_file()]
-    if not any(directory.glob("*.safetensors")) or not any(
-            p.name != "joint_head.safetensors" for p in directory.glob("*.safetensors")):
-        missing.append("model*.safetensors (backbone weights)")
-    if not (directory / "processor_config.json").is_file() and not (directory / "preprocessor_config.json").is_file():
-        missing.append("processor_config.json")
-    if missing:
-        head_note = (" — this looks like a plain Qwen3-Omni checkpoint without Clef's joint-schema head"
-                     if any(name in HEAD_FILES for name in missing) else "")
-        raise CheckpointError(f"{directory} is not a complete Clef-omni checkpoint; missing: {', '.join(missing)}"
-                              f"{head_note}")
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:

@@ -1,16 +1,24 @@
-"""The embedded default checkpoint: the tiny demo model tuned on the synthetic inspection task, shipped in the
-package (`omni/checkpoints/tiny-inspection-v1`, 1.5 MB). Should an install lack it, a tiny *random* checkpoint is
-built once (atomically) into a cache directory instead.
+"""Where a checkpoint directory comes from and what it must hold: a local directory, a hub id (downloaded to the
+HF cache), or the embedded default; the files of the released layout; the release date shown in /v1/models.
 
-Knows nothing of serving or HTTP. Neither model gives real answers: real answers need real weights.
+The embedded default is the tiny demo model tuned on the synthetic inspection task, shipped in the package
+(`omni/model/checkpoints/tiny-inspection-v1`, 1.5 MB). Should an install lack it, a tiny *random* checkpoint is built
+once (atomically) into a cache directory instead. Neither gives real answers: real answers need real weights.
+Knows nothing of tensors, serving or HTTP.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import os
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from omni.contract.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +30,80 @@ TINY_DEFAULT_NOTICE = ("no model given — using the embedded tiny demo checkpoi
                        "answers need real weights: --model Cloudflare/clef-omni (or a local directory).")
 TINY_RANDOM_NOTICE = ("no model given and the demo checkpoint is not installed — using a tiny random checkpoint; its "
                       "answers are random. Real answers need real weights: --model Cloudflare/clef-omni.")
+
+
+BACKBONE_FILES = ("config.json",)
+HEAD_FILES = ("joint_head_config.json", "joint_head.safetensors")
+TOKENIZER_FILES = ("tokenizer_config.json",)
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True)
+class CheckpointSource:
+    """A checkpoint directory and what callers say about it: whether it is the embedded default, its release date."""
+
+    directory: Path
+    tiny_default: bool
+    release_date: str            # YYYY-MM-DD
+
+
+def locate_checkpoint(model_path: str | None, cache_dir: str | None = None) -> CheckpointSource:
+    """The checkpoint for `model_path` (a directory or hub id; None = the embedded default), its files checked."""
+    directory = embedded_default(cache_dir) if model_path is None else resolve_checkpoint_dir(model_path)
+    check_checkpoint_files(directory)
+    return CheckpointSource(directory, model_path is None, release_date(directory))
+
+
+def resolve_checkpoint_dir(path_or_hub_id: str) -> Path:
+    """A local directory as is; otherwise a hub id, downloaded (or taken from the HF cache) as a snapshot."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or path_or_hub_id.startswith((".", "/", "~")) or path_or_hub_id.count("/") != 1:
+        raise CheckpointError(f"model path {path_or_hub_id!r} is not a directory (nor a hub id like 'org/name')")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(path_or_hub_id))
+    except Exception as exc:  # network down, repo missing, auth: say which and stop
+        raise CheckpointError(f"could not fetch {path_or_hub_id!r} from the hub: {exc}") from exc
+
+
+def check_checkpoint_files(directory: Path) -> None:
+    """Refuse a directory that lacks a part of the released layout, naming every missing file."""
+    missing = [name for name in BACKBONE_FILES + HEAD_FILES + TOKENIZER_FILES if not (directory / name).is_file()]
+    if not any(directory.glob("*.safetensors")) or not any(
+            p.name != "joint_head.safetensors" for p in directory.glob("*.safetensors")):
+        missing.append("model*.safetensors (backbone weights)")
+    if not (directory / "processor_config.json").is_file() and not (directory / "preprocessor_config.json").is_file():
+        missing.append("processor_config.json")
+    if missing:
+        head_note = (" — this looks like a plain Qwen3-Omni checkpoint without Clef's joint-schema head"
+                     if any(name in HEAD_FILES for name in missing) else "")
+        raise CheckpointError(f"{directory} is not a complete Clef-omni checkpoint; missing: {', '.join(missing)}"
+                              f"{head_note}")
+
+
+def release_date(directory: Path) -> str:
+    """`release_date` from config.json or the head file's safetensors metadata; else the head file's date (UTC)."""
+    candidates = []
+    try:
+        candidates.append(json.loads((directory / "config.json").read_text()).get("release_date"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    head = directory / "joint_head.safetensors"
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(head), "pt") as handle:
+            candidates.append((handle.metadata() or {}).get("release_date"))
+    except (OSError, ValueError, RuntimeError, ImportError):
+        pass
+    for value in candidates:
+        if isinstance(value, str) and _DATE.match(value):
+            return value
+    mtime = head.stat().st_mtime if head.exists() else 0.0
+    return dt.datetime.fromtimestamp(mtime, dt.timezone.utc).date().isoformat()
 
 
 def default_cache_dir(cache_dir: str | None = None) -> Path:

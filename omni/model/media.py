@@ -1,35 +1,32 @@
-"""Glue between the core and `preprocess`: a request's media refs → placeholder ids + thinker tensors.
+"""Glue between the model and `preprocess`: a request's media items -> placeholder ids + thinker tensors.
 
 Request-level limits first (counts, bytes), then each item sniffed and decoded by the slot it was sent in, then one
 `encode_media` call (reference order: images, audio, videos). Knows nothing of HTTP, prompts or model weights;
-every failure is a typed `MediaError` naming the item.
+every failure is a typed `MediaError` carrying the item.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
 
-from omni.model.clef import NO_MEDIA
-from omni.contract.types import MediaRef
 from preprocess.align import PlaceholderIds
 from preprocess.decode import decode_item
+from preprocess.item import MediaItem
 from preprocess.loader import ProcessorParts
 from preprocess.media import MediaLimits, check_request
 from preprocess.processor import EncodedMedia, encode_media
 
-SLOT_OF_KIND = {"image": "images", "audio": "audio", "video": "videos"}
+NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_modality={})
 
 
-def encode_request_media(refs: Sequence[MediaRef], parts: ProcessorParts, limits: MediaLimits, *,
+def encode_request_media(items: Sequence[MediaItem], parts: ProcessorParts, limits: MediaLimits, *,
                          position_id_per_seconds: float = 13.0, n_window: int = 50) -> EncodedMedia:
-    if not refs:
+    """Items in prompt order -> the media segment's ids and the thinker's media tensors (NO_MEDIA for none)."""
+    if not items:
         return NO_MEDIA
-    by_slot: dict[str, list[MediaRef]] = {"images": [], "audio": [], "videos": []}
-    for ref in refs:
-        by_slot[SLOT_OF_KIND[ref.kind]].append(ref)
-    check_request(*([ref.data for ref in by_slot[slot]] for slot in ("images", "audio", "videos")), limits=limits)
-    decoded = {slot: [decode_item(ref.data, slot, ref.label, limits) for ref in items]
-               for slot, items in by_slot.items()}
+    check_request(items, limits)
+    decoded = {slot: [decode_item(item, limits) for item in items if item.slot == slot]
+               for slot in ("images", "audio", "videos")}
     encoded = encode_media(decoded["images"], decoded["audio"], decoded["videos"],
                            image_processor=parts.image_processor, feature_extractor=parts.feature_extractor,
                            token_ids=PlaceholderIds.from_mapping(parts.special_ids, parts.newline_ids),

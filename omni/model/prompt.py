@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from omni.contract.errors import ContextTooLong
-from omni.model.head import RecordSpans
 from omni.contract.types import TYPE_INDEX, DecisionRequest, Question
+from omni.model.head import RecordSpans
 
 SYSTEM_PROMPT = ("Read the complete state and schema. Decide every field jointly. Each answer must be exactly one "
                  "of that field's allowed options.")

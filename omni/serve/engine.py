@@ -1,8 +1,9 @@
-"""DecisionEngine: load → warm up → decide. Usable in-process (CLI, tests, notebooks) and behind the HTTP edge.
+"""DecisionEngine: warm up -> decide, around a model it is given (or loads from its config).
 
-`decide` / `decide_batch` run synchronously; `submit` is the serving path (bounded admission, media decoding in a
-bounded thread pool, then the micro-batcher feeding the one thread that owns the model). Knows nothing of HTTP or
-the environment: everything comes from `EngineConfig`.
+Usable in-process (CLI, tests, notebooks) and behind the HTTP edge. `decide` / `decide_batch` run synchronously;
+`submit` is the serving path (bounded admission, media decoding in a bounded thread pool, then the micro-batcher
+feeding the one thread that owns the model). The model is anything with the `DecisionModel` surface: the real
+`omni.model.clef.ClefModel`, or a small fake in tests. Knows nothing of HTTP, the environment or model internals.
 """
 from __future__ import annotations
 
@@ -11,17 +12,13 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from omni.contract.answers import build_answers
-from omni.model.backbone import resolve_checkpoint_dir
 from omni.contract.config import EngineConfig
-from omni.model.checkpoint import embedded_default
-from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded, UnknownModel
-from omni.model.media import encode_request_media
-from omni.model.clef import ClefModel, PreparedRecord
+from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
 from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
 
 log = logging.getLogger(__name__)
@@ -30,12 +27,36 @@ WARMUP_REQUEST = DecisionRequest(
     state="warm-up", questions=(Question("ready", "noul", (Option("true", None), Option("false", None))),))
 
 
+class PreparedInputs(Protocol):
+    """What the engine reads of a prepared record (`omni.model.clef.PreparedRecord`)."""
+
+    request: DecisionRequest
+    tokens_by_modality: dict[str, int]
+    timings_ms: dict[str, float]
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def truncated_state_tokens(self) -> int: ...
+
+
+class DecisionModel(Protocol):
+    """The model surface the engine runs: `prepare` off the model thread, `probabilities` on it."""
+
+    source: Any                     # omni.model.checkpoint.CheckpointSource (directory, tiny_default, release_date)
+
+    def prepare(self, request: DecisionRequest) -> PreparedInputs: ...
+
+    def probabilities(self, records: list) -> list[list[torch.Tensor]]: ...
+
+
 class DecisionEngine:
-    def __init__(self, config: EngineConfig | None = None):
+    def __init__(self, config: EngineConfig | None = None, model: DecisionModel | None = None):
+        """`model` None: `load()` loads the checkpoint `config` names (`ClefModel.from_config`)."""
         self.config = config or EngineConfig()
-        self.model: ClefModel | None = None
-        self.checkpoint_dir: Path | None = None
-        self.is_tiny_default = self.config.model_path is None
+        self.model = model
+        self._warm = False
         self._ready = False
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -44,27 +65,18 @@ class DecisionEngine:
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def load(self) -> DecisionEngine:
-        """Load the checkpoint and warm up (blocking). Idempotent."""
-        if self.model is not None:
+        """Load the model unless one was given, then warm up (blocking). Idempotent."""
+        if self._warm:
             return self
         cfg = self.config
         if cfg.torch_threads > 0:     # CPU serving beside other processes: oversubscribed threads spin and stall
             torch.set_num_threads(cfg.torch_threads)
-        if self.is_tiny_default:
-            self.checkpoint_dir = embedded_default(cfg.cache_dir)
-        else:
-            self.checkpoint_dir = resolve_checkpoint_dir(cfg.model_path)
-        self.model = ClefModel.load(self.checkpoint_dir, dtype=cfg.dtype, device=cfg.device, head_dtype=cfg.head_dtype,
-                                    attn_implementation=cfg.attn_implementation,
-                                    max_context_tokens=cfg.max_context_tokens)
-        if cfg.calibration:
-            from omni.model.calibration import load_calibration
+        if self.model is None:
+            from omni.model.clef import ClefModel  # lazily: the engine itself never needs transformers
 
-            self.model.calibration = load_calibration(self.checkpoint_dir)
-            if self.model.calibration is None:
-                log.warning("calibration is on but %s has no calibration.json: serving uncalibrated",
-                            self.checkpoint_dir)
+            self.model = ClefModel.from_config(cfg)
         self._run([self.model.prepare(WARMUP_REQUEST)])
+        self._warm = True
         return self
 
     def start(self) -> DecisionEngine:
@@ -92,6 +104,11 @@ class DecisionEngine:
         self._decode_pool = self._batcher = None
 
     @property
+    def loaded(self) -> bool:
+        """True once the model is loaded and warmed up."""
+        return self._warm
+
+    @property
     def ready(self) -> bool:
         """True once `start()` finished: loaded, warmed up and the serving path running."""
         return self._ready
@@ -102,13 +119,15 @@ class DecisionEngine:
 
     @property
     def info(self) -> dict:
+        """What /v1/models shows: name, description, release date, context, limits (needs a loaded model)."""
         cfg = self.config
+        source = self.model.source
         description = ("Embedded tiny demo checkpoint (synthetic inspection task only; elsewhere its answers are "
                        "random) — serve real weights with --model."
-                       if self.is_tiny_default else f"Clef-omni decision model from {cfg.model_path}")
+                       if source.tiny_default else f"Clef-omni decision model from {cfg.model_path}")
         media = cfg.media
-        return {"name": cfg.served_name, "description": description, "context_tokens": cfg.max_context_tokens,
-                "tiny_default": self.is_tiny_default,
+        return {"name": cfg.served_name, "description": description, "release_date": source.release_date,
+                "context_tokens": cfg.max_context_tokens, "tiny_default": source.tiny_default,
                 "limits": {"inputs": {"questions": cfg.max_questions, "choice_options": cfg.max_choice_options,
                                       "score_levels": cfg.max_score_levels, "images": media.max_images,
                                       "image_bytes": media.max_image_bytes, "image_pixels": media.max_image_pixels,
@@ -116,29 +135,8 @@ class DecisionEngine:
                                       "audio_seconds": media.max_audio_seconds, "videos": media.max_videos,
                                       "video_bytes": media.max_video_bytes, "video_seconds": media.max_video_seconds}}}
 
-    def check_model(self, name: str | None) -> str:
-        """The served name for an accepted `model` field; UnknownModel otherwise (missing = accepted)."""
-        served = self.config.served_name
-        accepted = (served,) + tuple(self.config.model_aliases)
-        if name is None or name.strip() in accepted:
-            return served
-        raise UnknownModel(name, accepted)
-
     # ------------------------------------------------------------------------------------------------ deciding
-    def prepare(self, request: DecisionRequest) -> PreparedRecord:
-        """CPU work for one request: model-name check, media decoding, prompt encoding. Thread-safe."""
-        if self.model is None:
-            raise NotReady("the model is not loaded")
-        self.check_model(request.model)
-        started = time.perf_counter()
-        media = encode_request_media(request.media, self.model.parts, self.config.media,
-                                     **self.model.backbone.media_timing)
-        decode_ms = (time.perf_counter() - started) * 1e3
-        record = self.model.prepare(request, media)
-        record.timings_ms["decode"] = decode_ms
-        return record
-
-    def _run(self, records: list[PreparedRecord]) -> list[Decision]:
+    def _run(self, records: list[PreparedInputs]) -> list[Decision]:
         """Model thread: one forward for the batch, then answers. Errors here are ours, not the caller's."""
         started = time.perf_counter()
         try:
@@ -155,7 +153,7 @@ class DecisionEngine:
                                     confidence=self.config.confidence, decimals=self.config.probability_decimals)
             decisions.append(Decision(
                 model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
-                truncated_state_tokens=record.prompt.state_tokens_dropped,
+                truncated_state_tokens=record.truncated_state_tokens,
                 tokens_by_modality=dict(record.tokens_by_modality),
                 timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=len(records)))
         return decisions
@@ -167,7 +165,7 @@ class DecisionEngine:
     def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
         """Synchronous: N requests in ONE forward; equal to N `decide` calls (within float tolerance)."""
         self.load()
-        return self._run([self.prepare(r) for r in requests])
+        return self._run([self.model.prepare(r) for r in requests])
 
     def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future:
         """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error."""
@@ -220,7 +218,7 @@ class DecisionEngine:
         try:
             if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
                 return
-            record = self.prepare(request)
+            record = self.model.prepare(request)
             if time.monotonic() > deadline:
                 raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread

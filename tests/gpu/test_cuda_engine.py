@@ -9,8 +9,8 @@ import torch
 
 from fixtures.media import image_bytes, video_bytes, wav_bytes
 from omni.contract.config import EngineConfig
-from omni.serve.engine import DecisionEngine
 from omni.contract.request import parse_request
+from omni.serve.engine import DecisionEngine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -30,8 +30,8 @@ def test_cuda_matches_cpu(tiny_dir, dtype, tolerance):
     cpu = DecisionEngine(EngineConfig(model_path=str(tiny_dir), device="cpu", dtype="float32")).load()
     gpu = DecisionEngine(EngineConfig(model_path=str(tiny_dir), device="cuda", dtype=dtype)).load()
     for b in (body, {"state": "text only", "questions": QUESTIONS}):
-        want = cpu.model.probabilities([cpu.prepare(parse_request(b, cpu.config))])[0]
-        got = gpu.model.probabilities([gpu.prepare(parse_request(b, gpu.config))])[0]
+        want = cpu.model.probabilities([cpu.model.prepare(parse_request(b, cpu.config))])[0]
+        got = gpu.model.probabilities([gpu.model.prepare(parse_request(b, gpu.config))])[0]
         for p, q in zip(got, want):
             assert p.dtype == torch.float32
             torch.testing.assert_close(p.cpu(), q, atol=tolerance, rtol=0)

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from api.http.app import create_app
 from api.http.settings import Settings
 from fixtures.media import image_bytes, video_bytes, wav_bytes
-from omni.serve.engine import DecisionEngine
 from omni.contract.request import parse_request
-from omni.contract.types import MediaRef
-from tests.unit.fake_engine import wait_ready
+from omni.contract.types import Part
+from omni.serve.engine import DecisionEngine
+from tests.unit.http.serving import wait_ready
 
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the label visible?"},
              "team": {"type": "choice", "instructions": "Who fixes it?", "criteria": {"hvac": None, "electric": "E"}}}
@@ -100,10 +100,10 @@ def test_metrics_see_real_stages(served):
     assert "omni_batches_total" in text
 
 
-def test_media_ref_labels_continue_after_json_items(served):
-    """The HTTP edge and `parse_request` agree on labels: extra media continue the slot's index."""
+def test_slot_parts_continue_after_json_items(served):
+    """A part named after a slot (a multipart file, `omni decide --image`) continues the slot's index."""
     _, engine = served
     body = {"state": "s", "questions": QUESTIONS, "images": [data_url("image/png", image_bytes("PNG"))]}
-    extra = [MediaRef("image", image_bytes("PNG"), "images[1]")]
-    labels = [m.label for m in parse_request(body, engine.config, extra).media]
-    assert labels == ["images[0]", "images[1]"]
+    parts = [Part("images", image_bytes("PNG"), origin="--image b.png")]
+    media = parse_request(body, engine.config, parts).media
+    assert [(m.label, m.origin) for m in media] == [("images[0]", None), ("images[1]", "--image b.png")]

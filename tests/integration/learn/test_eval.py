@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from api.cli.learn import add_calibrate_arguments, add_eval_arguments, run_calibrate, run_eval
 from fixtures.inspection import write_keyword_task, write_split
-from omni.model.calibration import CALIBRATION_FILE, Calibration, CalibrationError
 from omni.learn.dataset import DatasetError
 from omni.learn.evaluation import ScoredQuestion, compute_metrics
+from omni.model.calibration import CALIBRATION_FILE, Calibration, CalibrationError
 
 
 @pytest.fixture(scope="module")
@@ -141,17 +141,17 @@ def test_metrics_group_by_question_and_pool_by_type_from_raw_logits():
 
 
 def test_the_engine_applies_calibration_only_when_switched_on(tiny_dir, task, tmp_path):
-    from omni.model.calibration import checkpoint_fingerprint, prompt_format_fingerprint, save_calibration
     from omni.contract.config import EngineConfig
-    from omni.serve.engine import DecisionEngine
     from omni.contract.request import parse_request
+    from omni.model.calibration import checkpoint_fingerprint, prompt_format_fingerprint, save_calibration
+    from omni.serve.engine import DecisionEngine
 
     checkpoint = shutil.copytree(tiny_dir, tmp_path / "ckpt")
     save_calibration(Calibration({"noul:2": 0.25}, checkpoint_fingerprint(checkpoint), prompt_format_fingerprint()),
                      checkpoint)
     body = {"state": "s", "questions": {"q": {"type": "noul"}, "c": {"type": "choice", "criteria": {"a": "one", "b": "two"}}}}
     engines = {on: DecisionEngine(EngineConfig(model_path=str(checkpoint), calibration=on)).load() for on in (False, True)}
-    records = {on: e.prepare(parse_request(body, e.config)) for on, e in engines.items()}
+    records = {on: e.model.prepare(parse_request(body, e.config)) for on, e in engines.items()}
     logits = engines[False].model.logits([records[False]])[0]
     off = engines[False].model.probabilities([records[False]])[0]
     on = engines[True].model.probabilities([records[True]])[0]

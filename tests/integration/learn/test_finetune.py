@@ -9,10 +9,10 @@ from safetensors import safe_open
 from fixtures.inspection import inspection_sample, write_inspection_set, write_keyword_task
 from omni.contract.config import EngineConfig
 from omni.learn.dataset import load_dataset
-from omni.serve.engine import DecisionEngine
-from omni.model.media import encode_request_media
-from omni.model.clef import ClefModel
 from omni.learn.training import STATE_FILE, TrainingConfig, augment, clef_loss, finetune, split_dataset
+from omni.model.clef import ClefModel
+from omni.model.media import encode_request_media
+from omni.serve.engine import DecisionEngine
 
 FAST = {"batch_records": 4, "learning_rate": 1e-2, "backbone_learning_rate": 1e-3, "patience_epochs": 50}
 

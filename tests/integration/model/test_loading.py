@@ -7,12 +7,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from omni.model.backbone import Backbone, check_checkpoint_files
 from omni.contract.config import EngineConfig
-from omni.serve.engine import DecisionEngine
 from omni.contract.errors import CheckpointError
 from omni.contract.request import parse_request
+from omni.model.backbone import Backbone
+from omni.model.checkpoint import check_checkpoint_files
 from omni.model.tiny import SPECIAL_TOKENS, write_checkpoint
+from omni.serve.engine import DecisionEngine
 
 REQ = {"state": "The unit hums.", "questions": {"ok": {"type": "noul", "instructions": "Does it sound normal?"}}}
 

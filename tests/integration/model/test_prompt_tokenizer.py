@@ -2,8 +2,8 @@
 from transformers import AutoTokenizer
 
 from omni.contract.config import EngineConfig
-from omni.model.prompt import PromptEncoder
 from omni.contract.request import parse_request
+from omni.model.prompt import PromptEncoder
 from tests.unit.model.test_prompt import OPTION_TEXTS, QUESTION_TEXTS, REQUEST
 
 

@@ -14,6 +14,7 @@ from preprocess.audio import decode_audio
 from preprocess.image import decode_image
 from preprocess.processor import encode_media
 from preprocess.video import decode_video
+from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +25,12 @@ THINKER_KWARGS = {"pixel_values", "image_grid_thw", "pixel_values_videos", "vide
 @pytest.fixture(scope="module")
 def decoded():
     return SimpleNamespace(
-        images=[decode_image(fm.image_bytes("PNG", "RGB", 96, 64), "images[0]"),
-                decode_image(fm.image_bytes("JPEG", "RGB", 128, 128), "images[1]")],
-        audio=[decode_audio(fm.wav_bytes(1.0, 44100, 2), "audio[0]")],
-        heard=[decode_video(fm.video_bytes(seconds=2.0, width=64, height=64), "videos[0]"),
-               decode_video(fm.video_bytes(seconds=3.0, width=64, height=64), "videos[1]")],
-        silent=decode_video(fm.video_bytes(seconds=2.0, width=64, height=64, audio_codec=None), "videos[1]"),
+        images=[decode_image(media_item("images", fm.image_bytes("PNG", "RGB", 96, 64))),
+                decode_image(media_item("images", fm.image_bytes("JPEG", "RGB", 128, 128), 1))],
+        audio=[decode_audio(media_item("audio", fm.wav_bytes(1.0, 44100, 2)))],
+        heard=[decode_video(media_item("videos", fm.video_bytes(seconds=2.0, width=64, height=64))),
+               decode_video(media_item("videos", fm.video_bytes(seconds=3.0, width=64, height=64), 1))],
+        silent=decode_video(media_item("videos", fm.video_bytes(seconds=2.0, width=64, height=64, audio_codec=None), 1)),
     )
 
 

@@ -6,6 +6,7 @@ import pytest
 from fixtures.make_corrupt import CORRUPT_DIR, EXPECTED
 from preprocess import errors
 from preprocess.decode import decode_item, decode_media
+from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +20,7 @@ def test_every_expected_file_is_committed_and_tiny():
 def test_corrupt_file_raises_typed_error_naming_the_item(name, bounded):
     slot, error_name = EXPECTED[name]
     with pytest.raises(errors.MediaError) as info:
-        bounded(decode_item, (CORRUPT_DIR / name).read_bytes(), slot, f"{slot}[1]", seconds=10)
+        bounded(decode_item, media_item(slot, (CORRUPT_DIR / name).read_bytes(), 1), seconds=10)
     assert type(info.value).__name__ == error_name, str(info.value)
     assert info.value.label == f"{slot}[1]" and str(info.value).startswith(f"{slot}[1]: ")
 
@@ -27,11 +28,11 @@ def test_corrupt_file_raises_typed_error_naming_the_item(name, bounded):
 def test_limit_errors_name_the_limit():
     huge = (CORRUPT_DIR / "huge_header.png").read_bytes()
     with pytest.raises(errors.MediaTooLarge) as info:
-        decode_item(huge, "images", "images[3]")
+        decode_item(media_item("images", huge, 3))
     assert "max_image_pixels=16000000" in str(info.value)
     ten_hours = (CORRUPT_DIR / "wav_10h.wav").read_bytes()
     with pytest.raises(errors.MediaTooLarge) as info:
-        decode_item(ten_hours, "audio", "audio[0]")
+        decode_item(media_item("audio", ten_hours))
     assert "max_audio_seconds=300" in str(info.value)
 
 
@@ -40,8 +41,10 @@ def test_decode_media_names_the_bad_item_among_good_ones():
 
     good_video = fm.video_bytes(seconds=0.5, width=32, height=32)
     bad_video = (CORRUPT_DIR / "truncated.mp4").read_bytes()
+    good = [media_item("images", fm.image_bytes()), media_item("audio", fm.wav_bytes(0.5)),
+            media_item("videos", good_video)]
     with pytest.raises(errors.CorruptMedia) as info:
-        decode_media(images=[fm.image_bytes()], audio=[fm.wav_bytes(0.5)], videos=[good_video, bad_video])
+        decode_media(good + [media_item("videos", bad_video, 1)])
     assert info.value.label == "videos[1]"
-    decoded = decode_media(images=[fm.image_bytes()], audio=[fm.wav_bytes(0.5)], videos=[good_video])
+    decoded = decode_media(good)
     assert (len(decoded.images), len(decoded.audio), len(decoded.videos)) == (1, 1, 1)

@@ -13,6 +13,7 @@ from preprocess.image import decode_image
 from preprocess.media import MediaLimits
 from preprocess.processor import IMAGE_SIZE, encode_images
 from preprocess.video import smart_resize
+from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,7 @@ def close(colour, expected, tolerance=12):
 
 @pytest.mark.parametrize("fmt, mode", COLOUR_MODES)
 def test_colour_formats_decode_to_rgb(fmt, mode):
-    image = decode_image(fm.image_bytes(fmt, mode, 96, 64), "images[0]")
+    image = decode_image(media_item("images", fm.image_bytes(fmt, mode, 96, 64)))
     assert image.pixels.shape == (64, 96, 3) and image.pixels.dtype == np.uint8
     corners = fm.corner_colours(image.pixels)
     assert close(corners["top_left"], fm.RED, 30) and close(corners["bottom_right"], fm.BLUE, 30)
@@ -36,7 +37,7 @@ def test_colour_formats_decode_to_rgb(fmt, mode):
 
 @pytest.mark.parametrize("fmt, mode", GREY_MODES)
 def test_grey_formats_decode_to_rgb_with_equal_channels(fmt, mode):
-    image = decode_image(fm.image_bytes(fmt, mode, 96, 64), "images[0]")
+    image = decode_image(media_item("images", fm.image_bytes(fmt, mode, 96, 64)))
     assert image.pixels.shape == (64, 96, 3)
     assert (image.pixels[..., 0] == image.pixels[..., 1]).all() and (image.pixels[..., 1] == image.pixels[..., 2]).all()
     expected_grey = np.asarray(Image.fromarray(fm.pattern(64, 96)).convert("L"), dtype=np.int16)
@@ -48,7 +49,7 @@ def test_grey_formats_decode_to_rgb_with_equal_channels(fmt, mode):
 
 @pytest.mark.parametrize("fmt, mode", [("PNG", "RGBA"), ("WEBP", "RGBA"), ("PNG", "LA")])
 def test_alpha_is_composited_on_white(fmt, mode):
-    pixels = decode_image(fm.image_bytes(fmt, mode, 96, 64), "images[0]").pixels
+    pixels = decode_image(media_item("images", fm.image_bytes(fmt, mode, 96, 64))).pixels
     # left half opaque, right half alpha 128/255: grey 128 over white -> ~191; red block (left) stays red
     right = pixels[40:44, 70:74].reshape(-1, 3).mean(0)
     assert np.allclose(right, 128 * 128 / 255 + 255 * (1 - 128 / 255), atol=3)
@@ -62,7 +63,7 @@ def test_transparent_palette_gif_is_composited_on_white():
     image.paste(1, (16, 0, 32, 32))
     buffer = io.BytesIO()
     image.save(buffer, format="GIF", transparency=0)
-    pixels = decode_image(buffer.getvalue(), "images[0]").pixels
+    pixels = decode_image(media_item("images", buffer.getvalue())).pixels
     assert tuple(pixels[5, 5]) == (255, 255, 255) and tuple(pixels[5, 25]) == (255, 0, 0)
 
 
@@ -70,7 +71,7 @@ def test_animated_gif_gives_its_first_frame():
     frames = [Image.fromarray(np.full((16, 16, 3), value, np.uint8)).convert("P") for value in (10, 200, 90)]
     buffer = io.BytesIO()
     frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=100)
-    pixels = decode_image(buffer.getvalue(), "images[0]").pixels
+    pixels = decode_image(media_item("images", buffer.getvalue())).pixels
     assert abs(int(pixels.mean()) - 10) <= 2
 
 
@@ -80,7 +81,7 @@ def test_exif_orientation_gives_upright_pixels(fmt, orientation):
     data = fm.image_bytes(fmt, "RGB", 96, 64, exif_orientation=orientation)
     stored = Image.open(io.BytesIO(data))
     assert stored.getexif().get(0x0112) == orientation
-    pixels = decode_image(data, "images[0]").pixels
+    pixels = decode_image(media_item("images", data)).pixels
     assert pixels.shape == (64, 96, 3)  # upright, even though 6 and 8 are stored 64 wide
     corners = fm.corner_colours(pixels)
     assert close(corners["top_left"], fm.RED, 30) and close(corners["bottom_right"], fm.BLUE, 30)
@@ -94,7 +95,7 @@ def test_pixel_limit_checked_before_decoding_and_pil_global_untouched(monkeypatc
     loads = []
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: loads.append(1))
     with pytest.raises(MediaTooLarge) as info:
-        decode_image(data, "images[2]", MediaLimits(max_image_pixels=1000))
+        decode_image(media_item("images", data, 2), MediaLimits(max_image_pixels=1000))
     assert info.value.label == "images[2]" and "40x30 = 1200 pixels" in str(info.value)
     assert "max_image_pixels=1000" in str(info.value)
     assert loads == [] and Image.MAX_IMAGE_PIXELS == before
@@ -103,13 +104,13 @@ def test_pixel_limit_checked_before_decoding_and_pil_global_untouched(monkeypatc
 def test_16_megapixels_is_the_default_limit():
     big = fm.image_bytes("PNG", "L", 4096, 4000)  # 16.38 MP: the hosted API's first refusal
     with pytest.raises(MediaTooLarge) as info:
-        decode_image(big, "images[1]")
+        decode_image(media_item("images", big, 1))
     assert "max_image_pixels=16000000" in str(info.value)
 
 
 def test_extreme_aspect_ratio_is_refused():
     with pytest.raises(UnsupportedMedia) as info:
-        decode_image(fm.image_bytes("PNG", "RGB", 404, 2), "images[0]")
+        decode_image(media_item("images", fm.image_bytes("PNG", "RGB", 404, 2)))
     assert "max_image_aspect_ratio=200" in str(info.value) and info.value.label == "images[0]"
 
 
@@ -128,7 +129,7 @@ def test_smart_resize_matches_transformers():
                                                       ("PNG", "RGBA", 1280, 720), ("WEBP", "RGB", 1500, 1100)])
 def test_tensors_equal_the_image_processor_on_the_same_image(image_processor, fmt, mode, width, height):
     data = fm.image_bytes(fmt, mode, width, height)
-    ours, tokens = encode_images([decode_image(data, "images[0]")], image_processor)
+    ours, tokens = encode_images([decode_image(media_item("images", data))], image_processor)
     reference_input = Image.open(io.BytesIO(data))
     if mode == "RGBA":  # qwen-omni-utils' to_rgb: alpha over white
         white = Image.new("RGBA", reference_input.size, (255, 255, 255, 255))

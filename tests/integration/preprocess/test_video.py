@@ -16,6 +16,7 @@ from preprocess.errors import MediaTooLarge, UnsupportedMedia
 from preprocess.media import MediaLimits
 from preprocess.processor import encode_videos, normalize_patches, patchify_frames
 from preprocess.video import decode_video, frame_size
+from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,7 @@ FORMATS = {
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_formats_decode_at_2_fps_with_soundtrack(name, bounded):
     data = fm.video_bytes(**FORMATS[name])
-    video = bounded(decode_video, data, "videos[0]")
+    video = bounded(decode_video, media_item("videos", data))
     assert video.frames.dtype == np.uint8 and video.frames.shape[1:] == (320, 448, 3)
     assert len(video.frames) % 2 == 0
     assert indices(video) == expected_indices(frame_times(data))
@@ -72,7 +73,7 @@ def test_formats_decode_at_2_fps_with_soundtrack(name, bounded):
 
 
 def test_plain_25fps_clip_keeps_the_frames_at_each_half_second():
-    video = decode_video(fm.video_bytes(), "videos[0]")
+    video = decode_video(media_item("videos", fm.video_bytes()))
     assert indices(video) == [0, 13, 25, 38]  # 0.0 s, 0.52 (tie 0.48/0.52 -> later, as the reference), 1.0, 1.52
 
 
@@ -85,27 +86,27 @@ def test_stream_starting_at_1_5_s_gives_evenly_spaced_frames():
         if t + 1e-6 >= len(reference_rule) / 2.0:
             reference_rule.append(index)
     assert reference_rule[:4] == [0, 1, 2, 3]  # the burst this fixture provokes
-    video = decode_video(data, "videos[0]")
+    video = decode_video(media_item("videos", data))
     assert indices(video) == [0, 13, 25, 38]
     assert abs(len(video.soundtrack) - 32000) < 800
 
 
 def test_soundtrack_is_aligned_to_the_first_frame():
-    late_audio = decode_video(fm.video_bytes(audio_start_seconds=0.5), "videos[0]").soundtrack
+    late_audio = decode_video(media_item("videos", fm.video_bytes(audio_start_seconds=0.5))).soundtrack
     assert np.abs(late_audio[:7500]).max() < 0.02  # 0.5 s of silence put in front
     assert float(np.sqrt(np.mean(late_audio[9000:30000] ** 2))) == pytest.approx(0.283, rel=0.05)
-    early_audio = decode_video(fm.video_bytes(start_seconds=1.0, audio_start_seconds=0.0), "videos[0]").soundtrack
+    early_audio = decode_video(media_item("videos", fm.video_bytes(start_seconds=1.0, audio_start_seconds=0.0))).soundtrack
     assert abs(len(early_audio) - 16000) < 800  # the second before the first frame is dropped
 
 
 def test_variable_frame_rate():
     times = [0.0, 0.1, 0.15, 0.9, 1.0, 1.05, 1.1, 2.0, 2.7]
-    video = decode_video(fm.video_bytes(frame_times=times), "videos[0]")
+    video = decode_video(media_item("videos", fm.video_bytes(frame_times=times)))
     assert indices(video) == expected_indices(times) == [0, 2, 4, 6, 7, 8]
 
 
 def test_low_frame_rate_repeats_frames_instead_of_speeding_up():
-    video = decode_video(fm.video_bytes(seconds=4, fps=1, audio_codec=None), "videos[0]")
+    video = decode_video(media_item("videos", fm.video_bytes(seconds=4, fps=1, audio_codec=None)))
     assert indices(video) == [0, 1, 1, 2, 2, 3, 3, 3]  # ticks 0, .5 (tie -> 1), 1, 1.5, 2, 2.5, 3 + pad
 
 
@@ -116,7 +117,7 @@ def test_rotation_metadata_gives_upright_frames(degrees):
         stored = next(container.decode(video=0))
         assert (stored.width, stored.height) == ((96, 128) if degrees % 180 else (128, 96))
         assert not upright(stored.to_ndarray(format="rgb24"))
-    video = decode_video(data, "videos[0]")
+    video = decode_video(media_item("videos", data))
     assert video.rotation_degrees == degrees and (video.source_width, video.source_height) == (128, 96)
     assert video.frames.shape[1:] == (320, 448, 3)
     assert all(upright(frame) for frame in video.frames)
@@ -124,7 +125,7 @@ def test_rotation_metadata_gives_upright_frames(degrees):
 
 
 def test_rotation_written_by_the_ffmpeg_cli_gives_upright_frames():
-    video = decode_video(ROTATED_FFMPEG_CLIP.read_bytes(), "videos[0]")
+    video = decode_video(media_item("videos", ROTATED_FFMPEG_CLIP.read_bytes()))
     assert video.rotation_degrees == 270 and video.frames.shape == (2, 320, 448, 3)
     assert all(upright(frame) for frame in video.frames) and indices(video) == [0, 5]
     assert video.soundtrack is not None
@@ -151,20 +152,20 @@ def test_frame_size_is_the_reference_two_step_chain():
 
 
 def test_720p_clip_is_252_tokens_per_second(image_processor):
-    video = decode_video(fm.video_bytes(seconds=1.0, width=1280, height=720, fps=10, audio_codec=None), "videos[0]")
+    video = decode_video(media_item("videos", fm.video_bytes(seconds=1.0, width=1280, height=720, fps=10, audio_codec=None)))
     assert video.frames.shape == (2, 384, 672, 3)
     _tensors, grids = encode_videos([video], image_processor)
     assert grids == [(1, 24, 42)] and grids[0][1] * grids[0][2] // 4 == 252
 
 
 def test_no_soundtrack_gives_none():
-    assert decode_video(fm.video_bytes(audio_codec=None), "videos[0]").soundtrack is None
+    assert decode_video(media_item("videos", fm.video_bytes(audio_codec=None))).soundtrack is None
 
 
 def test_5_1_soundtrack_is_averaged():
     # FLAC in Matroska: lossless (an AAC encoder low-passes the LFE channel and would lose its tone)
     data = fm.video_bytes("matroska", audio_codec="flac", audio_channels=6)
-    track = decode_video(data, "videos[0]").soundtrack
+    track = decode_video(media_item("videos", data)).soundtrack
     assert float(np.sqrt(np.mean(track[2000:-2000] ** 2))) == pytest.approx(
         np.mean(fm.CHANNEL_AMPLITUDES[:6]) / np.sqrt(2), rel=0.05)
 
@@ -173,7 +174,7 @@ def test_latin1_metadata_does_not_break_the_open():
     data = fm.with_latin1_title(fm.video_with_title())
     with pytest.raises(UnicodeDecodeError):
         av.open(io.BytesIO(data))  # what a strict open does with such a file
-    assert len(decode_video(data, "videos[0]").frames) == 4
+    assert len(decode_video(media_item("videos", data)).frames) == 4
 
 
 def test_one_demux_pass_for_frames_and_soundtrack(monkeypatch):
@@ -198,7 +199,7 @@ def test_one_demux_pass_for_frames_and_soundtrack(monkeypatch):
 
     original = video_module.open_container
     monkeypatch.setattr(video_module, "open_container", lambda data, label: Counting(original(data, label)))
-    video = decode_video(fm.video_bytes(), "videos[0]")
+    video = decode_video(media_item("videos", fm.video_bytes()))
     assert demux_calls == [["audio", "video"]] and video.soundtrack is not None
 
 
@@ -206,7 +207,7 @@ def test_one_demux_pass_for_frames_and_soundtrack(monkeypatch):
 def test_header_duration_over_the_limit_is_refused_before_decoding(monkeypatch):
     monkeypatch.setattr(video_module._FrameSampler, "add", lambda self, frame: pytest.fail("decoded a frame"))
     with pytest.raises(MediaTooLarge) as info:
-        decode_video(fm.video_bytes(seconds=3.0, audio_codec=None), "videos[1]", MediaLimits(max_video_seconds=1.0))
+        decode_video(media_item("videos", fm.video_bytes(seconds=3.0, audio_codec=None), 1), MediaLimits(max_video_seconds=1.0))
     assert info.value.label == "videos[1]" and "max_video_seconds=1" in str(info.value)
     assert "header claims 3.0 s" in str(info.value)
 
@@ -217,7 +218,7 @@ def test_a_lying_header_cannot_make_the_decoder_run_away(monkeypatch, bounded):
     original_add = video_module._FrameSampler.add
     monkeypatch.setattr(video_module._FrameSampler, "add", lambda self, f: (added.append(1), original_add(self, f)))
     with pytest.raises(MediaTooLarge) as info:
-        bounded(decode_video, fm.video_bytes(seconds=6.0, audio_codec=None), "videos[1]",
+        bounded(decode_video, media_item("videos", fm.video_bytes(seconds=6.0, audio_codec=None), 1),
                 MediaLimits(max_video_seconds=1.0, decode_slack_seconds=0.5))
     assert info.value.label == "videos[1]" and "max_video_seconds=1" in str(info.value)
     assert len(added) <= 1.5 * 25 + 2  # stopped at the bound, not after the real 150 frames
@@ -227,13 +228,13 @@ def test_decoded_frame_count_is_bounded(monkeypatch):
     monkeypatch.setattr(video_module, "stream_seconds", lambda stream, container: None)
     limits = MediaLimits(max_video_seconds=2.0, decode_slack_seconds=0.5, max_video_source_fps=4.0)
     with pytest.raises(MediaTooLarge) as info:
-        decode_video(fm.video_bytes(seconds=1.0, audio_codec=None), "videos[0]", limits)
+        decode_video(media_item("videos", fm.video_bytes(seconds=1.0, audio_codec=None)), limits)
     assert "max_video_source_fps=4" in str(info.value) and "more than 10 frames decoded" in str(info.value)
 
 
 def test_frame_pixels_over_the_limit():
     with pytest.raises(MediaTooLarge) as info:
-        decode_video(fm.video_bytes(seconds=0.5), "videos[0]", MediaLimits(max_video_frame_pixels=10_000))
+        decode_video(media_item("videos", fm.video_bytes(seconds=0.5)), MediaLimits(max_video_frame_pixels=10_000))
     assert "128x96" in str(info.value) and "max_video_frame_pixels=10000" in str(info.value)
 
 
@@ -242,19 +243,19 @@ def test_soundtrack_longer_than_the_limit(monkeypatch):
     data = fm.video_bytes(frame_times=[0.0, 0.5, 1.0, 4.0])  # the tone lasts as long as the frames span
     limits = MediaLimits(max_video_seconds=3.0, decode_slack_seconds=0.5)
     with pytest.raises(MediaTooLarge) as info:
-        decode_video(data, "videos[0]", limits)
+        decode_video(media_item("videos", data), limits)
     assert "max_video_seconds=3" in str(info.value)
 
 
 def test_mp3_cover_art_is_not_a_video():
     with pytest.raises(UnsupportedMedia) as info:
-        decode_video(fm.mp3_bytes(0.5, cover_art=True), "videos[1]")
+        decode_video(media_item("videos", fm.mp3_bytes(0.5, cover_art=True), 1))
     assert info.value.label == "videos[1]" and "mp3" in str(info.value)
 
 
 def test_audio_only_mp4_is_not_a_video():
     with pytest.raises(UnsupportedMedia) as info:
-        decode_video(fm.audio_bytes("mp4", "aac", 0.5), "videos[0]")
+        decode_video(media_item("videos", fm.audio_bytes("mp4", "aac", 0.5)))
     assert "no video stream" in str(info.value)
 
 
@@ -299,7 +300,7 @@ def test_odd_frame_count_is_padded_with_the_last_frame():
 
 
 def test_encode_videos_tensors(image_processor):
-    video = decode_video(fm.video_bytes(), "videos[0]")
+    video = decode_video(media_item("videos", fm.video_bytes()))
     tensors, grids = encode_videos([video, video], image_processor)
     assert grids == [(2, 20, 28)] * 2
     assert tensors["pixel_values_videos"].shape == (2 * 2 * 20 * 28, 1536)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from omni.contract.config import EngineConfig
-from omni.serve.engine import DecisionEngine
 from omni.contract.errors import ContextTooLong, UnknownModel
 from omni.contract.request import parse_request
+from omni.serve.engine import DecisionEngine
 
 MIXED = {
     "model": "clef-omni",
@@ -35,7 +35,7 @@ def variants(engine):
 
 
 def test_probabilities_sum_to_one_before_rounding(tiny_engine):
-    records = [tiny_engine.prepare(r) for r in variants(tiny_engine)]
+    records = [tiny_engine.model.prepare(r) for r in variants(tiny_engine)]
     for per_question in tiny_engine.model.probabilities(records):
         for p in per_question:
             assert p.dtype == torch.float32 and torch.isfinite(p).all()
@@ -44,7 +44,7 @@ def test_probabilities_sum_to_one_before_rounding(tiny_engine):
 
 def test_batch_equals_singles(tiny_engine):
     requests = variants(tiny_engine)
-    records = [tiny_engine.prepare(r) for r in requests]
+    records = [tiny_engine.model.prepare(r) for r in requests]
     batched = tiny_engine.model.probabilities(records)
     for record, joint in zip(records, batched):
         single = tiny_engine.model.probabilities([record])[0]
@@ -72,7 +72,7 @@ def test_answer_shapes_and_usage(tiny_engine):
     urgency = out["answers"]["urgency"]
     assert urgency["legend"] == {"0": "can wait", "1": "this week", "2": "today"}
     assert urgency["score"] == pytest.approx(sum(int(k) * v for k, v in urgency["probabilities"].items()), abs=2e-4)
-    record = tiny_engine.prepare(parse_request(MIXED, tiny_engine.config))
+    record = tiny_engine.model.prepare(parse_request(MIXED, tiny_engine.config))
     assert out["usage"] == {"input_tokens": record.num_tokens, "output_tokens": 0}
     assert "x_truncated_state_tokens" not in out
 

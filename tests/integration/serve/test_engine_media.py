@@ -43,7 +43,7 @@ def test_each_modality_alone_and_all_at_once(tiny_engine, media):
                    audio=[data_url("audio/wav", media["wav"]), data_url("audio/mpeg", media["mp3"])],
                    videos=[data_url("video/mp4", media["mp4"])])
     # 96×64 is scaled up to the reference minimum of 65,536 px (multiples of 32: 320×192) → 10×6 merged patches... 
-    assert image["x_usage"]["image"] == tiny_engine.prepare(parse_request(
+    assert image["x_usage"]["image"] == tiny_engine.model.prepare(parse_request(
         {"state": "s", "questions": QUESTIONS, "images": [data_url("image/png", media["png"])]},
         tiny_engine.config)).media["image_grid_thw"].prod().item() // 4
     assert audio["x_usage"]["audio"] == 13                      # 1 s of audio = 13 tokens
@@ -66,7 +66,7 @@ def test_media_batch_equals_singles(tiny_engine, media):
               {"state": "b b b", "questions": QUESTIONS, "videos": [data_url("video/mp4", media["mp4"])],
                "audio": [data_url("audio/wav", media["wav"])]},
               {"state": "c", "questions": QUESTIONS}]
-    records = [tiny_engine.prepare(parse_request(b, tiny_engine.config)) for b in bodies]
+    records = [tiny_engine.model.prepare(parse_request(b, tiny_engine.config)) for b in bodies]
     batched = tiny_engine.model.probabilities(records)
     for record, joint in zip(records, batched):
         for a, b in zip(joint, tiny_engine.model.probabilities([record])[0]):
@@ -74,7 +74,7 @@ def test_media_batch_equals_singles(tiny_engine, media):
 
 
 def test_explicit_positions_equal_get_rope_index(tiny_engine, media):
-    record = tiny_engine.prepare(parse_request({"state": "s", "questions": QUESTIONS,
+    record = tiny_engine.model.prepare(parse_request({"state": "s", "questions": QUESTIONS,
                                                 "videos": [data_url("video/mp4", media["mp4"])],
                                                 "images": [data_url("image/png", media["png"])]}, tiny_engine.config))
     ids = record.input_ids[None]

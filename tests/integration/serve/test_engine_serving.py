@@ -5,9 +5,9 @@ import pytest
 
 from fixtures.media import image_bytes
 from omni.contract.config import EngineConfig
-from omni.serve.engine import DecisionEngine, text_chars
-from omni.contract.errors import UnknownModel
+from omni.contract.errors import ContextTooLong
 from omni.contract.request import parse_request
+from omni.serve.engine import DecisionEngine, text_chars
 
 QUESTIONS = {"ok": {"type": "noul", "instructions": "Fine?"},
              "team": {"type": "choice", "criteria": {"hvac": "Heating", "power": None}}}
@@ -71,13 +71,18 @@ def test_large_or_media_requests_use_the_pool(engines, kind):
     assert spy.calls == 1 and set(decision.answers) == set(questions)
 
 
-def test_inline_errors_end_the_future_like_pooled_ones(engines):
-    body = {"model": "gpt-9", "state": "Short ticket.", "questions": QUESTIONS}
-    for engine in engines.values():
-        future = engine.submit(parse_request(body, engine.config))
-        with pytest.raises(UnknownModel):
-            future.result(WAIT_S)
-        assert engine._in_flight == 0
+def test_inline_errors_end_the_future_like_pooled_ones(tiny_dir):
+    body = {"state": "word " * 200, "truncate": False, "questions": QUESTIONS}   # 1,000 characters: inline
+    for limit in (4096, 0):
+        engine = DecisionEngine(EngineConfig(model_path=str(tiny_dir), inline_prepare_max_chars=limit,
+                                             max_context_tokens=200)).start()
+        try:
+            future = engine.submit(parse_request(body, engine.config))
+            with pytest.raises(ContextTooLong):
+                future.result(WAIT_S)
+            assert engine._in_flight == 0
+        finally:
+            engine.stop()
 
 
 def test_text_chars_counts_strings_keys_and_scalars_and_stops_early():
@@ -90,21 +95,22 @@ def test_text_chars_counts_strings_keys_and_scalars_and_stops_early():
 @pytest.fixture(scope="module")
 def patient_engine(tiny_dir):
     """max_wait_ms of an hour: any request that waited for company would time out below."""
-    engine = DecisionEngine(EngineConfig(model_path=str(tiny_dir), max_wait_ms=3_600_000)).start()
+    engine = DecisionEngine(EngineConfig(model_path=str(tiny_dir), max_wait_ms=3_600_000,
+                                         max_context_tokens=2000)).start()
     yield engine
     engine.stop()
 
 
-@pytest.mark.parametrize("kind", ["text", "image", "corrupt image", "unknown model"])
+@pytest.mark.parametrize("kind", ["text", "image", "corrupt image", "context too long"])
 def test_a_lone_request_never_waits_for_company(patient_engine, kind):
     body = {"state": "Short ticket.", "questions": QUESTIONS}
-    if kind == "unknown model":
-        body["model"] = "gpt-9"
+    if kind == "context too long":
+        body.update(state="word " * 2000, truncate=False)
     if kind.endswith("image"):
         data = image_bytes("PNG")[:40] if kind == "corrupt image" else image_bytes("PNG")
         body["images"] = ["data:image/png;base64," + base64.b64encode(data).decode()]
     future = patient_engine.submit(parse_request(body, patient_engine.config))
-    if kind in ("corrupt image", "unknown model"):
+    if kind in ("corrupt image", "context too long"):
         with pytest.raises(Exception) as failure:
             future.result(WAIT_S)
         assert not isinstance(failure.value, TimeoutError)

@@ -4,7 +4,7 @@ import base64
 import pytest
 
 from omni.contract.config import EngineConfig
-from omni.contract.errors import InvalidRequest
+from omni.contract.errors import InvalidRequest, UnknownModel
 from omni.contract.request import parse_request
 from omni.contract.types import NOUL_DEFAULT_FALSE, NOUL_DEFAULT_TRUE
 
@@ -24,12 +24,20 @@ def issues_of(b, config=CFG):
 
 
 def test_valid_request_keeps_order_and_ignores_unknown_fields():
-    r = parse_request(body(questions={"b": {"type": "noul"}, "a": {"type": "noul"}}, surprise=1, model="x"), CFG)
-    assert [q.id for q in r.questions] == ["b", "a"] and r.model == "x" and r.truncate is True
+    r = parse_request(body(questions={"b": {"type": "noul"}, "a": {"type": "noul"}}, surprise=1,
+                           model=" jev-latest "), CFG)
+    assert [q.id for q in r.questions] == ["b", "a"] and r.model == " jev-latest " and r.truncate is True
+
+
+def test_an_unknown_model_is_refused_after_the_body_is_valid():
+    with pytest.raises(UnknownModel) as info:
+        parse_request(body(model="gpt-9"), CFG)
+    assert info.value.served == ("clef-omni", "jev-latest")
+    assert issues_of(body(model="gpt-9", state=None))[0][0] == ("state",)   # body issues come first
 
 
 def test_body_must_be_object():
-    assert issues_of([1, 2]) == [((), "the request body must be a JSON object", "dict_type")]
+    assert issues_of([1, 2]) == [((), "Input should be a valid dictionary or object", "model_attributes_type")]
 
 
 def test_state_required():
@@ -198,7 +206,7 @@ def test_media_field_must_be_list():
                                            (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
                                            (b"9" * 5000, "4300 digits")])
 def test_load_json_turns_every_unreadable_document_into_json_invalid(raw, fragment):
-    from omni.contract.request import load_json
+    from omni.contract.json_values import load_json
 
     with pytest.raises(InvalidRequest) as info:
         load_json(raw, ("body",))

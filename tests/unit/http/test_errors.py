@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import zstandard
 
-from omni.contract.config import EngineConfig
-from tests.unit.fake_engine import FakeEngine, body, media, served, wait_until
+from tests.unit.fake_model import FakeModel, media
+from tests.unit.http.serving import body, served, wait_until
 
 WAIT = 30
 
@@ -96,8 +96,7 @@ def test_corrupt_and_unsupported_media_name_the_item_and_what_was_sent():
 
 
 def test_oversized_media_is_413_with_the_item():
-    config = EngineConfig(media=EngineConfig().media.__class__(max_image_bytes=100))
-    with served(engine=FakeEngine(config)) as (client, _):
+    with served(media_max_image_bytes=100) as (client, _):
         r = client.post("/v1/systemone", files=[("request", ("r", json.dumps(body()), "application/json")),
                                                 ("images", ("big.png", media("image", b"x" * 500), "image/png"))])
     issue = field_error(r, 413)[0]
@@ -116,7 +115,7 @@ def test_body_over_the_cap_is_413_declared_or_streamed():
 
         streamed = client.post("/v1/systemone", content=chunks(), headers={"Content-Type": "application/json"})
         request_error(streamed, 413, "request_too_large")
-        assert engine.seen == []
+        assert engine.model.seen == []
 
 
 @pytest.mark.parametrize("encoding", ["zstd", "gzip"])
@@ -169,7 +168,7 @@ def test_auth_on_requires_one_of_the_configured_bearer_keys():
 
 def test_not_ready_is_503_with_retry_after():
     gate = threading.Event()
-    with served(engine=FakeEngine(start_gate=gate), wait=False) as (client, _):
+    with served(model=FakeModel(load_gate=gate), wait=False) as (client, _):
         r = client.post("/v1/systemone", json=body())
         request_error(r, 503, "not_ready")
         assert r.headers["retry-after"] == "5"
@@ -178,29 +177,28 @@ def test_not_ready_is_503_with_retry_after():
 
 def test_full_queue_is_429_with_retry_after():
     gate = threading.Event()
-    config = EngineConfig(max_queue=2, max_batch_records=1)
-    with served(engine=FakeEngine(config, forward_gate=gate), max_queue=2) as (client, engine):
+    with served(model=FakeModel(forward_gate=gate), max_queue=2, max_batch_records=1) as (client, engine):
         with ThreadPoolExecutor(2) as pool:
             held = [pool.submit(client.post, "/v1/systemone", json=body()) for _ in range(2)]
-            wait_until(lambda: len(engine.seen) == 2, what="both admitted (one in the model, one queued)")
+            wait_until(lambda: len(engine.model.seen) == 2, what="both admitted (one in the model, one queued)")
             r = client.post("/v1/systemone", json=body())
             request_error(r, 429, "rate_limit_error")
-            assert r.headers["retry-after"] == "3" and r.headers["retry-after-ms"] == "2500"
+            assert r.headers["retry-after"] == "1" and r.headers["retry-after-ms"] == "1000"
             gate.set()
             assert [f.result(WAIT).status_code for f in held] == [200, 200]
 
 
 def test_deadline_is_504_and_does_not_block_other_requests():
-    config = EngineConfig(request_timeout_s=3.0, decode_threads=2)
-    with served(engine=FakeEngine(config), request_timeout_s=3.0) as (client, engine):
+    # a slow decode is a media decode: it runs in the decode pool, never on the caller's thread
+    with served(request_timeout_s=3.0, decode_threads=2, inline_prepare_max_chars=0) as (client, engine):
         with ThreadPoolExecutor(4) as pool:
             slow = pool.submit(client.post, "/v1/systemone", json=body("__slow_decode__"))
             fast = [pool.submit(client.post, "/v1/systemone", json=body(f"quick {i}")) for i in range(3)]
             assert [f.result(WAIT).status_code for f in fast] == [200, 200, 200]
-            assert not engine.slow_decode_release.is_set()  # the slow one was still stuck meanwhile
+            assert not engine.model.release.is_set()  # the slow one was still stuck meanwhile
             r = slow.result(WAIT)
         request_error(r, 504, "timeout")
-        engine.slow_decode_release.set()
+        engine.model.release.set()
         assert client.post("/v1/systemone", json=body()).status_code == 200
 
 
@@ -240,13 +238,14 @@ def test_the_table_maps_every_core_error_to_its_status_and_shape():
         UnknownModel,
     )
     from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
+    from preprocess.item import MediaItem
 
     cases = [(InvalidRequest.one(("questions", "q"), "bad", "too_long"), 422, ["body", "questions", "q"]),
              (ContextTooLong(("state",), "too long", 70000, 64000), 413, ["body", "state"]),
-             (CorruptMedia("videos[1]", "no frames"), 422, ["body", "videos", 1]),
-             (MediaTooLarge("audio[0]", "301 s"), 413, ["body", "audio", 0]),
-             (UnsupportedMedia("images[2]", "gif"), 415, ["body", "images", 2]),
-             (MediaError("files", "?"), 422, ["body", "files"]),
+             (CorruptMedia(MediaItem("videos", 1, b"v"), "no frames"), 422, ["body", "videos", 1]),
+             (MediaTooLarge(MediaItem("audio", 0, b"a"), "301 s"), 413, ["body", "audio", 0]),
+             (UnsupportedMedia(MediaItem("images", 2, b"i"), "gif"), 415, ["body", "images", 2]),
+             (MediaError(MediaItem("images", 0, b"i", origin="files[3]"), "?"), 422, ["body", "images", 0]),
              (UnknownModel("x", ("clef-omni",)), 400, None), (Overloaded("full", 0.2), 429, None),
              (NotReady("loading"), 503, None), (DeadlineExceeded("late"), 504, None),
              (BodyTooLarge("big"), 413, None), (UnsupportedContentType("xml"), 415, None),
@@ -262,6 +261,8 @@ def test_the_table_maps_every_core_error_to_its_status_and_shape():
             assert set(payload["detail"]) == {"error_type", "message"}
         if status == 500:
             assert "rid-1" in payload["detail"]["message"] and "0xdead" not in json.dumps(payload)
+        if isinstance(exc, MediaError) and exc.item.origin:
+            assert payload["detail"][0]["msg"] == "? (sent as files[3])"    # the item says how it was sent
         assert status < 500 or isinstance(exc, (InferenceFailed, CheckpointError, KeyError, NotReady,
                                                 DeadlineExceeded))
     assert error_payload(Overloaded("full", 0.2), "r")[2] == {"Retry-After": "1", "retry-after-ms": "200"}
@@ -279,4 +280,4 @@ def test_empty_uploads_and_duplicate_part_names_are_422():
         twice = client.post("/v1/systemone", files=[req, ("asset-0", ("a", media("image"), "image/png")),
                                                     ("asset-0", ("b", media("image"), "image/png"))])
         assert field_error(twice, 422)[0]["loc"] == ["body", "asset-0"]
-        assert engine.seen == []
+        assert engine.model.seen == []

@@ -12,7 +12,8 @@ import json
 import pytest
 import zstandard
 
-from tests.unit.fake_engine import BASIC_QUESTIONS, body, media, served
+from tests.unit.fake_model import media
+from tests.unit.http.serving import BASIC_QUESTIONS, body, served
 
 PNG, WAV, MP4 = media("image"), media("audio"), media("video")
 
@@ -26,8 +27,8 @@ def b64(data: bytes) -> str:
 
 
 def only_request(engine):
-    assert len(engine.seen) == 1
-    return engine.seen[0]
+    assert len(engine.model.seen) == 1
+    return engine.model.seen[0]
 
 
 def test_json_clef_media_in_both_item_forms():

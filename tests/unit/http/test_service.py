@@ -7,17 +7,20 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from omni.contract.config import EngineConfig
 from omni.contract.errors import CheckpointError
-from tests.unit.fake_engine import FakeEngine, body, media, served, wait_until
+from omni.serve.engine import DecisionEngine
+from tests.unit.fake_model import FakeModel, media
+from tests.unit.http.serving import body, served, settings_with, wait_until
 
 WAIT = 30
 
 
-def test_models_lists_the_served_model_with_context_limits_and_aliases():
+def test_models_lists_the_served_model_with_every_spec_field_context_limits_and_aliases():
     with served(served_name="clef-omni-local", max_context_tokens=32000) as (client, _):
         payload = client.get("/v1/models").json()
     card = payload["models"][0]
+    assert {"name", "description", "release_date"} <= set(card)        # System One spec §0 / E8
+    assert card["release_date"] == "2026-10-09" and card["description"]
     assert card["name"] == "clef-omni-local" and card["context"] == 32000
     assert card["aliases"] == ["jev-latest", "clef-omni"]
     assert card["limits"]["inputs"]["images"] == 4
@@ -27,7 +30,7 @@ def test_models_lists_the_served_model_with_context_limits_and_aliases():
 
 def test_ready_follows_the_engine_while_health_is_live_throughout():
     gate = threading.Event()
-    with served(engine=FakeEngine(start_gate=gate), wait=False) as (client, _):
+    with served(model=FakeModel(load_gate=gate), wait=False) as (client, _):
         assert client.get("/health").json() == {"status": "ok"}
         loading = client.get("/ready")
         assert loading.status_code == 503 and loading.json()["status"] == "loading"
@@ -36,15 +39,14 @@ def test_ready_follows_the_engine_while_health_is_live_throughout():
         assert client.get("/ready").json() == {"status": "ready"}
 
 
-def test_a_model_that_fails_to_load_fails_ready_and_health_and_calls_back():
+def test_a_model_that_fails_to_load_fails_ready_and_health_and_calls_back(tmp_path):
     failures = []
     from fastapi.testclient import TestClient
 
     from api.http.app import create_app
-    from tests.unit.fake_engine import settings_with
 
-    engine = FakeEngine(fail_start=CheckpointError("missing joint_head.safetensors"))
-    app = create_app(settings_with(), engine, on_load_failure=failures.append)
+    settings = settings_with(model=str(tmp_path))          # an empty directory: not a checkpoint
+    app = create_app(settings, DecisionEngine(settings.engine), on_load_failure=failures.append)
     with TestClient(app) as client:
         wait_until(lambda: failures, what="the load failure callback")
         assert isinstance(failures[0], CheckpointError)
@@ -57,9 +59,8 @@ def test_on_loaded_runs_once_after_the_load_and_before_ready():
     from fastapi.testclient import TestClient
 
     from api.http.app import create_app
-    from tests.unit.fake_engine import settings_with
 
-    engine, seen = FakeEngine(), []
+    engine, seen = DecisionEngine(model=FakeModel()), []
     app = create_app(settings_with(), engine, on_loaded=lambda: seen.append((engine.loaded, engine.ready)))
     with TestClient(app) as client:
         wait_until(lambda: client.get("/ready").status_code == 200, what="ready")
@@ -122,8 +123,7 @@ def test_openapi_documents_the_decision_route_json_and_multipart():
 
 
 def test_32_concurrent_requests_with_2_corrupt_uploads():
-    config = EngineConfig(max_batch_records=8, max_wait_ms=5)
-    with served(engine=FakeEngine(config)) as (client, engine):
+    with served(max_batch_records=8, max_wait_ms=5) as (client, engine):
         def send(i: int):
             upload = media("image", corrupt=i in (7, 19), payload=f"img{i}".encode())
             return client.post("/v1/systemone", files=[
@@ -147,11 +147,10 @@ def test_32_concurrent_requests_with_2_corrupt_uploads():
 
 def test_requests_are_micro_batched_behind_a_busy_model():
     gate = threading.Event()
-    config = EngineConfig(max_batch_records=4, max_wait_ms=0)
-    with served(engine=FakeEngine(config, forward_gate=gate)) as (client, engine):
+    with served(model=FakeModel(forward_gate=gate), max_batch_records=4, max_wait_ms=0) as (client, engine):
         with ThreadPoolExecutor(5) as pool:
             futures = [pool.submit(client.post, "/v1/systemone", json=body(f"b{i}")) for i in range(5)]
-            wait_until(lambda: len(engine.seen) == 5 and engine.batcher.stats().queue_depth == 4,
+            wait_until(lambda: len(engine.model.seen) == 5 and engine.batcher.stats().queue_depth == 4,
                        what="one request in the model, four queued behind it")
             gate.set()
             assert [f.result(WAIT).status_code for f in futures] == [200] * 5
@@ -160,8 +159,7 @@ def test_requests_are_micro_batched_behind_a_busy_model():
 
 
 def test_failing_batch_fails_only_its_own_requests():
-    config = EngineConfig(max_batch_records=1)
-    with served(engine=FakeEngine(config)) as (client, _), ThreadPoolExecutor(6) as pool:
+    with served(max_batch_records=1) as (client, _), ThreadPoolExecutor(6) as pool:
         results = list(pool.map(lambda s: client.post("/v1/systemone", json=body(s)),
                                 ["fine", "__boom__", "fine", "fine", "__boom__", "fine"]))
     assert [r.status_code for r in results] == [200, 500, 200, 200, 500, 200]
@@ -169,14 +167,13 @@ def test_failing_batch_fails_only_its_own_requests():
 
 def test_shutdown_drains_in_flight_requests():
     gate = threading.Event()
-    engine = FakeEngine(EngineConfig(), forward_gate=gate)
-    ctx = served(engine=engine)
-    client, _ = ctx.__enter__()
+    ctx = served(model=FakeModel(forward_gate=gate))
+    client, engine = ctx.__enter__()
     pool = ThreadPoolExecutor(1)
     in_flight = pool.submit(client.post, "/v1/systemone", json=body())
-    wait_until(lambda: engine.seen, what="the request reached the engine")
+    wait_until(lambda: engine.model.seen, what="the request reached the engine")
     threading.Timer(0.2, gate.set).start()
     assert in_flight.result(WAIT).status_code == 200
     ctx.__exit__(None, None, None)
-    assert engine.stopped_with == [True] and not engine.ready
+    assert not engine.ready and engine.batcher is None       # stopped, after the request in flight finished
     pool.shutdown()

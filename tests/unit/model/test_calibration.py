@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from omni.contract.types import Option, Question
 from omni.learn import metrics
 from omni.model.calibration import (
     CALIBRATION_FILE,
@@ -18,7 +19,6 @@ from omni.model.calibration import (
     prompt_format_fingerprint,
     save_calibration,
 )
-from omni.contract.types import Option, Question
 
 
 def softmax(x):

@@ -5,8 +5,8 @@ import pytest
 
 from omni.contract.config import EngineConfig
 from omni.contract.errors import ContextTooLong
-from omni.model.prompt import PromptEncoder, render
 from omni.contract.request import parse_request
+from omni.model.prompt import PromptEncoder, render
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]
 SPECIAL_IDS = {s: 1_000_000 + i for i, s in enumerate(SPECIALS)}

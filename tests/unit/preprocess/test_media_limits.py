@@ -4,9 +4,17 @@ from __future__ import annotations
 import pytest
 
 from preprocess.errors import MediaTooLarge
-from preprocess.media import MediaLimits, MiB, check_request
+from preprocess.item import MediaItem
+from preprocess.media import MediaLimits, MiB
+from preprocess.media import check_request as check_items
 
 pytestmark = pytest.mark.unit
+
+
+def check_request(limits: MediaLimits = MediaLimits(), **sizes: list[int]) -> None:
+    """Items of the given sizes per slot (zero bytes: only sizes are checked here), in prompt order."""
+    check_items([MediaItem(slot, i, bytes(size)) for slot in ("images", "audio", "videos")
+                 for i, size in enumerate(sizes.get(slot, []))], limits)
 
 
 def refused(**kwargs) -> MediaTooLarge:
@@ -15,9 +23,16 @@ def refused(**kwargs) -> MediaTooLarge:
     return info.value
 
 
-def test_within_limits_passes_with_bytes_or_sizes():
-    check_request(images=[b"x" * 10] * 4, audio=[1000] * 4, videos=[2000, 3000])
+def test_within_limits_passes():
+    check_request(images=[10] * 4, audio=[1000] * 4, videos=[2000, 3000])
     check_request()
+
+
+def test_the_error_carries_the_item_itself():
+    items = [MediaItem("images", i, bytes(10)) for i in range(5)]
+    with pytest.raises(MediaTooLarge) as info:
+        check_items(items)
+    assert info.value.item is items[4] and info.value.item.loc == ("images", 4)
 
 
 @pytest.mark.parametrize("slot, count, label, limit", [("images", 5, "images[4]", "max_images=4"),

@@ -6,6 +6,7 @@ import pytest
 from fixtures import media as fm
 from preprocess.errors import CorruptMedia, UnsupportedMedia
 from preprocess.sniff import Sniffed, sniff, sniff_for_slot
+from tests.media_items import media_item
 
 pytestmark = pytest.mark.unit
 
@@ -38,19 +39,19 @@ CASES = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_sniff_finds_format_by_magic_bytes(name):
     make, expected = CASES[name]
-    assert sniff(make(), "x[0]") == expected
+    assert sniff(media_item("images", make())) == expected
 
 
 def test_id3_tag_before_flac_is_flac():
     data = fm.id3v23_tag() + fm.audio_bytes("flac", "flac", 0.1)
-    assert sniff(data, "audio[0]") == Sniffed("audio", "flac")
+    assert sniff(media_item("audio", data)) == Sniffed("audio", "flac")
 
 
 @pytest.mark.parametrize("brand", [b"heic", b"avif", b"mif1"])
 def test_heif_and_avif_images_are_not_videos(brand):
     data = b"\x00\x00\x00\x18ftyp" + brand + b"\x00\x00\x00\x00mif1heic" + bytes(64)
     with pytest.raises(UnsupportedMedia) as info:
-        sniff_for_slot(data, "videos", "videos[0]")
+        sniff_for_slot(media_item("videos", data))
     assert info.value.label == "videos[0]"
 
 
@@ -59,7 +60,7 @@ def test_heif_and_avif_images_are_not_videos(brand):
                                         ("gif", "videos"), ("flac", "images")])
 def test_format_in_the_wrong_slot_is_refused_naming_the_item(name, slot):
     with pytest.raises(UnsupportedMedia) as info:
-        sniff_for_slot(CASES[name][0](), slot, f"{slot}[3]")
+        sniff_for_slot(media_item(slot, CASES[name][0](), 3))
     assert info.value.label == f"{slot}[3]"
     assert str(info.value).startswith(f"{slot}[3]: ")
     assert f"not accepted in `{slot}`" in str(info.value)
@@ -67,23 +68,23 @@ def test_format_in_the_wrong_slot_is_refused_naming_the_item(name, slot):
 
 @pytest.mark.parametrize("name", ["mp4", "webm", "mkv", "mov", "m4a", "wav_pcm16", "mp3_cover"])
 def test_audio_slot_takes_audio_and_soundtracks_of_containers(name):
-    assert sniff_for_slot(CASES[name][0](), "audio", "audio[0]") == CASES[name][1]
+    assert sniff_for_slot(media_item("audio", CASES[name][0]())) == CASES[name][1]
 
 
 def test_declared_name_is_irrelevant_only_bytes_count():
     png = fm.image_bytes("PNG")
-    assert sniff(png, "images[0]").container == "png"
+    assert sniff(media_item("images", png)).container == "png"
     with pytest.raises(UnsupportedMedia):
-        sniff(b"GIF is what the name says, text is what it is", "images[0]")
+        sniff(media_item("images", b"GIF is what the name says, text is what it is"))
 
 
 def test_empty_is_corrupt_and_junk_is_unsupported():
     with pytest.raises(CorruptMedia) as info:
-        sniff(b"", "images[2]")
+        sniff(media_item("images", b"", 2))
     assert info.value.label == "images[2]" and "0 bytes" in str(info.value)
     with pytest.raises(UnsupportedMedia) as info:
-        sniff(b"%PDF-1.7\n...", "images[1]")
+        sniff(media_item("images", b"%PDF-1.7\n...", 1))
     assert info.value.label == "images[1]"
     for junk in (b"II*\x00" + bytes(20), b"RIFF\x10\x00\x00\x00AVI LIST", b"\xff\xd8"):  # TIFF, AVI, 2-byte stub
         with pytest.raises(UnsupportedMedia):
-            sniff(junk, "x[0]")
+            sniff(media_item("images", junk))

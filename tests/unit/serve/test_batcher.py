@@ -11,8 +11,8 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from omni.serve.batcher import BatchReport, MicroBatcher
 from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, Overloaded
+from omni.serve.batcher import BatchReport, MicroBatcher
 
 pytestmark = pytest.mark.unit
 WAIT = 10.0  # generous upper bound for future.result(); never an assertion about speed

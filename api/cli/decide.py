@@ -1,0 +1,92 @@
+"""`omni decide` and `omni make-tiny`: argv -> one System One request answered in-process; a tiny checkpoint.
+
+An edge like HTTP: reads the request JSON (a file or stdin), turns `--image/--audio/--video FILE` and
+`--part NAME=FILE` into named parts exactly as a multipart upload's file parts, and hands both to the one wire parser
+(`omni.contract.request.parse_request`), so every media form (Clef slots, TypeSafe assets, llama.cpp files) behaves
+as over HTTP. Knows nothing of model internals; settings from the environment come only through `api.http.settings`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from omni.contract.config import EngineConfig
+
+MEDIA_FLAGS = ("image", "audio", "video")   # --image FILE joins `images`, --audio `audio`, --video `videos`
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny demo model)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--confidence", default=None, choices=["clef", "typesafe"],
+                        help="confidence formula for choice/score answers (default clef = p_max)")
+    parser.add_argument("--max-context-tokens", type=int, default=None)
+
+
+def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
+    from preprocess.item import SLOT_OF_KIND
+
+    parser.add_argument("request", help="REQUEST.json, or - to read stdin")
+    for flag in MEDIA_FLAGS:
+        parser.add_argument(f"--{flag}", action="append", metavar="FILE",
+                            help=f"add a file to `{SLOT_OF_KIND[flag]}` (repeatable; after any sent in the JSON)")
+    parser.add_argument("--part", action="append", metavar="NAME=FILE", type=_part_spec,
+                        help="a named part for a TypeSafe asset {\"type\": \"image\", \"part\": NAME} (repeatable)")
+    parser.add_argument("--compact", action="store_true", help="print the response on one line")
+    add_model_arguments(parser)
+
+
+def _part_spec(spec: str) -> tuple[str, str]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected NAME=FILE")
+    return name, path
+
+
+def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None = None) -> EngineConfig:
+    """CLI flags override the settings-derived base config, field by field."""
+    config = base or EngineConfig()
+    overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "confidence": args.confidence,
+                 "max_context_tokens": args.max_context_tokens}
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def cli_parts(args: argparse.Namespace) -> list:
+    """--image/--audio/--video files and --part NAME=FILE -> named parts, in the order of the flags' kinds."""
+    from omni.contract.types import Part
+    from preprocess.item import SLOT_OF_KIND
+
+    parts = [Part(SLOT_OF_KIND[flag], Path(path).read_bytes(), origin=f"--{flag} {path}")
+             for flag in MEDIA_FLAGS for path in getattr(args, flag) or []]
+    parts += [Part(name, Path(path).read_bytes(), origin=f"--part {name}={path}") for name, path in args.part or []]
+    return parts
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from omni.contract.json_values import load_json
+    from omni.contract.request import parse_request
+    from omni.serve.engine import DecisionEngine
+
+    config = engine_config_from_args(args)
+    body = load_json(sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes())
+    request = parse_request(body, config, cli_parts(args))
+    decision = DecisionEngine(config).decide(request)
+    print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=None if args.compact else 2))
+    return 0
+
+
+def add_make_tiny_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def cmd_make_tiny(args: argparse.Namespace) -> int:
+    from omni.model.tiny import write_checkpoint
+
+    out = write_checkpoint(args.directory, seed=args.seed)
+    print(f"wrote a tiny random Clef-omni checkpoint to {out} (seed {args.seed})", file=sys.stderr)
+    return 0

@@ -1,0 +1,53 @@
+"""Callers' JSON: the one loader (every way a document can be unreadable is a `json_invalid` issue) and the check
+that a value can be rendered into the prompt (depth, valid Unicode).
+
+Used by every edge that reads JSON from a caller or an operator (HTTP bodies, `omni decide` files, dataset lines).
+Knows nothing of the request schema, HTTP, the model or files.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from omni.contract.errors import InvalidRequest
+
+MAX_JSON_DEPTH = 64     # nesting of state / instructions / descriptions; deeper is refused, never a RecursionError
+
+
+def load_json(data: bytes | str, loc=()) -> Any:
+    """Parse a JSON document from a caller; every way it can be unreadable is an InvalidRequest (json_invalid)."""
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        problem = exc.msg
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 ({exc.reason})"
+    except RecursionError:
+        problem = "nested too deeply"
+    except ValueError as exc:       # e.g. an integer of more than 4,300 digits
+        problem = str(exc).split(";")[0]
+    raise InvalidRequest.one(tuple(loc), f"JSON decode error: {problem}", "json_invalid")
+
+
+def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a JSON value cannot be rendered into the prompt (too deep, or text that is not valid Unicode), else None.
+
+    Iterative, so a hostile depth cannot exhaust the stack while it is being checked.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "contains an unpaired surrogate (not valid Unicode text)"
+        elif isinstance(item, (dict, list)):
+            if depth > max_depth:
+                return f"is nested more than {max_depth} levels deep"
+            if isinstance(item, dict):
+                stack.extend((key, depth) for key in item)
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
+    return None

@@ -1,0 +1,206 @@
+"""Every way a request carries media -> `MediaItem`s in prompt order, and TypeSafe placeholders -> `[image N]`.
+
+The forms, folded here once for every edge (HTTP JSON and multipart, `omni decide`, dataset lines):
+- Clef `images` / `audio` / `videos`: lists of data URLs or `{content_type, base64}` objects;
+- llama.cpp `files`: data URLs, each routed to the slot its type names (image/audio/video);
+- TypeSafe `assets`: placeholder -> `{"type": "image", "format", "data_base64"}` or `{"type": "image", "part"}`;
+  each placeholder inside a string of state, instructions or criteria becomes `[image N]`, N the image's 1-based
+  position among the request's images (the prompt puts every image before the state);
+- named parts beside the JSON (`Part`): one named `images` / `audio` / `videos` joins that slot, any other must be
+  claimed by exactly one asset.
+Within a slot the order is: the JSON list, then `files`, then JSON assets, then asset parts, then slot parts in the
+order they were sent. Base64 is decoded here; the bytes are sniffed and decoded later (`preprocess`). Every problem
+is an issue naming its place in the body. Never fetches URLs or opens paths; knows nothing of HTTP, torch or the model.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from omni.contract.errors import Issues
+from omni.contract.types import Part
+from preprocess.item import SLOT_OF_KIND, SLOTS, MediaItem
+
+ASSET_FORMATS = {"png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg"}
+GENERIC_TYPES = ("application/octet-stream", "")
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,(?P<data>.*)$",
+                       re.IGNORECASE | re.DOTALL)
+_FILE_KINDS = (("data:image/", "image"), ("data:audio/", "audio"), ("data:video/", "video"))
+
+
+class _Slots:
+    """The items of each slot as they are added; an item's index is its position in its slot."""
+
+    def __init__(self):
+        self.items: dict[str, list[MediaItem | None]] = {slot: [] for slot in SLOTS}
+
+    def add(self, slot: str, data: bytes | None, declared: str | None = None, origin: str | None = None) -> int:
+        """Append (None for an item that failed: it keeps its place so that later labels stay put); its index."""
+        index = len(self.items[slot])
+        self.items[slot].append(None if data is None else MediaItem(slot, index, data, declared, origin))
+        return index
+
+    def all(self) -> list[MediaItem]:
+        return [item for slot in SLOTS for item in self.items[slot] if item is not None]
+
+
+def collect_media(body: Mapping, parts: Sequence[Part], issues: Issues) -> tuple[list[MediaItem], dict[str, str]]:
+    """(every media item in prompt order, placeholder -> replacement text). Problems go to `issues`."""
+    slots = _Slots()
+    for slot in SLOTS:
+        for i, item in enumerate(_as_list(body.get(slot), (slot,), issues)):
+            slots.add(slot, *(decode_media_item(item, (slot, i), issues) or (None, None)))
+    for i, item in enumerate(_as_list(body.get("files"), ("files",), issues)):
+        kind = _data_url_kind(item)
+        if kind is None:
+            issues.add(("files", i), "send a base64 data URL (data:image/..., data:audio/... or data:video/...;"
+                       "base64,...)", "value_error")
+            continue
+        slots.add(SLOT_OF_KIND[kind], *(decode_media_item(item, ("files", i), issues) or (None, None)),
+                  origin=f"files[{i}]")
+    named = [p for p in parts if p.name not in SLOTS]
+    for name, n in Counter(p.name for p in named).items():
+        if n > 1:
+            issues.add((name,), "two parts with this name", "value_error")
+    by_name = {p.name: p for p in named}
+    replacements, claimed = _assets(body, by_name, slots, issues)
+    for p in named:
+        if p.name not in claimed:
+            issues.add((p.name,), "part is not claimed by any asset and is not images/audio/videos", "extra_forbidden")
+    for p in parts:
+        if p.name in SLOTS:
+            declared = None if (p.content_type or "") in GENERIC_TYPES else p.content_type
+            index = slots.add(p.name, p.data or None, declared, p.origin)
+            if not p.data:
+                issues.add((p.name, index), "empty media item", "media_item")
+    return slots.all(), replacements
+
+
+def _assets(body: Mapping, parts: dict[str, Part], slots: _Slots, issues: Issues) -> tuple[dict[str, str], set[str]]:
+    """TypeSafe assets -> images; (placeholder -> `[image N]`, the part names claimed)."""
+    if "assets" not in body:
+        return {}, set()
+    assets = body["assets"]
+    if not isinstance(assets, dict) or not assets:
+        issues.add(("assets",), "assets must be a non-empty object: placeholder -> asset",
+                   "dict_type" if not isinstance(assets, dict) else "too_short")
+        return {}, set()
+    valid = []
+    for placeholder, asset in assets.items():
+        loc = ("assets", placeholder)
+        if not placeholder:
+            issues.add(loc, "placeholder must be a non-empty string", "string_too_short")
+        elif not isinstance(asset, dict) or asset.get("type") != "image":
+            issues.add(loc + ("type",), "Input should be 'image'", "literal_error")
+        else:
+            valid.append((placeholder, asset))
+    replacements: dict[str, str] = {}
+    claimed: set[str] = set()
+    # JSON assets first, so they sit in the slot before the parts; their order among themselves is the body's.
+    for placeholder, asset in sorted(valid, key=lambda v: v[1].get("part") is not None):
+        loc, origin = ("assets", placeholder), f"assets[{placeholder!r}]"
+        if asset.get("part") is not None:
+            data = _asset_part(asset["part"], parts, claimed, loc, issues)
+            index = slots.add("images", data, _declared(parts, asset["part"]),
+                              f"{origin} (part {asset['part']!r})") if data else None
+        else:
+            decoded = _asset_base64(asset, loc, issues)
+            index = slots.add("images", *decoded, origin=origin) if decoded else None
+        if index is not None:
+            replacements[placeholder] = f"[image {index + 1}]"
+    return replacements, claimed
+
+
+def _asset_part(name: Any, parts: dict[str, Part], claimed: set[str], loc: tuple, issues: Issues) -> bytes | None:
+    if not isinstance(name, str) or not name:
+        issues.add(loc + ("part",), "part must be the non-empty name of a part sent with the request", "string_type")
+    elif name not in parts:
+        issues.add(loc + ("part",), f"no part named {name!r} was sent with the request (send the JSON as the "
+                   "`request` part of a multipart/form-data body, beside this part)", "missing")
+    elif name in claimed:
+        issues.add(loc + ("part",), f"part {name!r} is claimed by two assets", "value_error")
+    else:
+        claimed.add(name)
+        if parts[name].data:
+            return parts[name].data
+        issues.add(loc + ("part",), f"part {name!r} is empty", "media_item")
+    return None
+
+
+def _declared(parts: dict[str, Part], name: str) -> str | None:
+    content_type = parts[name].content_type or ""
+    return None if content_type in GENERIC_TYPES else content_type
+
+
+def _asset_base64(asset: dict, loc: tuple, issues: Issues) -> tuple[bytes, str | None] | None:
+    fmt = str(asset.get("format") or "").lower()
+    if not isinstance(asset.get("data_base64"), str):
+        issues.add(loc + ("data_base64",), "Field required (or `part` in a multipart request)", "missing")
+    elif fmt not in ASSET_FORMATS:
+        issues.add(loc + ("format",), "Input should be 'png', 'jpg' or 'jpeg'", "literal_error")
+    else:
+        item = {"content_type": ASSET_FORMATS[fmt], "base64": asset["data_base64"]}
+        return decode_media_item(item, loc + ("data_base64",), issues)
+    return None
+
+
+def decode_media_item(item: Any, loc: tuple, issues: Issues) -> tuple[bytes, str | None] | None:
+    """A data URL or `{content_type, base64}` -> (bytes, declared type). URLs and paths are refused."""
+    if isinstance(item, dict):
+        content_type, payload = item.get("content_type"), item.get("base64")
+        if not isinstance(content_type, str) or not isinstance(payload, str):
+            issues.add(loc, "a media object needs string fields 'content_type' and 'base64'", "media_item")
+            return None
+    elif isinstance(item, str):
+        match = _DATA_URL.match(item.strip())
+        if match is None or not match.group("b64"):
+            kind = "remote URLs are not fetched" if item.lower().startswith(("http:", "https:")) else "not a data URL"
+            issues.add(loc, f"{kind}: send a base64 data URL (data:<type>;base64,...) or "
+                       "{\"content_type\", \"base64\"}", "media_item")
+            return None
+        content_type, payload = match.group("mime"), match.group("data")
+    else:
+        issues.add(loc, "a media item must be a data URL string or {\"content_type\", \"base64\"}", "media_item")
+        return None
+    try:
+        data = base64.b64decode(re.sub(r"\s+", "", payload), validate=True)
+    except (binascii.Error, ValueError):
+        issues.add(loc, "invalid base64 payload", "media_item")
+        return None
+    if not data:
+        issues.add(loc, "empty media item", "media_item")
+        return None
+    return data, content_type
+
+
+def _as_list(value: Any, loc: tuple, issues: Issues) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        issues.add(loc, f"{loc[0]} must be a list of data URLs or {{content_type, base64}} objects", "list_type")
+        return []
+    return value
+
+
+def _data_url_kind(item: Any) -> str | None:
+    head = item[:40].lower() if isinstance(item, str) else ""
+    return next((kind for prefix, kind in _FILE_KINDS if head.startswith(prefix)), None)
+
+
+def replace_placeholders(value: Any, replacements: dict[str, str]) -> Any:
+    """A copy of `value` with each placeholder replaced inside its strings (object keys are never scanned)."""
+    if not replacements:
+        return value
+    if isinstance(value, str):
+        for placeholder, text in replacements.items():
+            value = value.replace(placeholder, text)
+        return value
+    if isinstance(value, dict):
+        return {k: replace_placeholders(v, replacements) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replace_placeholders(v, replacements) for v in value]
+    return value

@@ -1,0 +1,74 @@
+"""FakeModel: a small model behind the REAL DecisionEngine for API and serving tests (no weights, no transformers).
+
+Media are checked by the real limits and format sniffing; a body ending in b"CORRUPT" does not decode. Answers are
+uniform. Knobs by state text: "__boom__" fails its whole batch in the forward, "__bug__" raises a plain RuntimeError
+while preparing (an engine-side bug), "__slow_decode__" blocks while preparing until `release` is set.
+`load_gate` holds the warm-up forward (the engine is loading); `forward_gate` holds every later forward.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from omni.contract.config import EngineConfig
+from omni.contract.types import DecisionRequest
+from omni.model.checkpoint import CheckpointSource
+from preprocess.errors import CorruptMedia
+from preprocess.media import check_request
+from preprocess.sniff import sniff_for_slot
+
+MAGIC = {"image": b"\x89PNG\r\n\x1a\n", "audio": b"RIFF\x00\x00\x00\x00WAVE", "video": b"\x00\x00\x00\x18ftypmp42"}
+TOKENS = {"image": 64, "audio": 32, "video": 128}
+
+
+def media(kind: str, payload: bytes = b"pixels" * 8, corrupt: bool = False) -> bytes:
+    """Bytes that sniff as `kind`; `corrupt=True` keeps the magic but breaks the body."""
+    return MAGIC[kind] + (b"CORRUPT" if corrupt else payload)
+
+
+@dataclass
+class FakeRecord:
+    request: DecisionRequest
+    num_tokens: int
+    tokens_by_modality: dict[str, int]
+    timings_ms: dict[str, float] = field(default_factory=lambda: {"decode": 0.1, "encode": 0.1})
+    truncated_state_tokens: int = 0
+
+
+class FakeModel:
+    def __init__(self, config: EngineConfig | None = None, *, load_gate: threading.Event | None = None,
+                 forward_gate: threading.Event | None = None):
+        self.config = config or EngineConfig()
+        self.source = CheckpointSource(Path("fake"), self.config.model_path is None, "2026-10-09")
+        self.load_gate, self.forward_gate = load_gate, forward_gate
+        self.release = threading.Event()
+        self.seen: list[DecisionRequest] = []       # every request prepared after the warm-up
+        self._warm = False
+
+    def prepare(self, request: DecisionRequest) -> FakeRecord:
+        if request.state == "__bug__":
+            raise RuntimeError("secret internal detail /srv/model.py line 42")
+        if request.state == "__slow_decode__":
+            self.release.wait(30)
+        if self._warm:
+            self.seen.append(request)
+        check_request(request.media, self.config.media)
+        tokens = {"text": 10 + 5 * len(request.questions)}
+        for item in request.media:
+            sniff_for_slot(item)
+            if item.data.endswith(b"CORRUPT"):
+                raise CorruptMedia(item, f"cannot decode this {item.kind}")
+            tokens[item.kind] = tokens.get(item.kind, 0) + TOKENS[item.kind]
+        return FakeRecord(request, sum(tokens.values()), tokens)
+
+    def probabilities(self, records: list[FakeRecord]) -> list[list[torch.Tensor]]:
+        gate = self.forward_gate if self._warm else self.load_gate
+        if gate is not None:
+            gate.wait(30)
+        self._warm = True
+        if any(r.request.state == "__boom__" for r in records):
+            raise RuntimeError("device fault in the fake forward")
+        return [[torch.full((len(q.options),), 1.0 / len(q.options)) for q in r.request.questions] for r in records]
