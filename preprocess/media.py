@@ -42,6 +42,13 @@ class MediaLimits:
     # How far past a duration limit decoding may go before the item is refused (headers that lie, rounding).
     decode_slack_seconds: float = 1.0
 
+    def __post_init__(self):
+        """The one check of these values: every limit is positive (the slack may be 0)."""
+        for name, value in vars(self).items():
+            if not (value >= 0 if name == "decode_slack_seconds" else value > 0):
+                raise ValueError(f"media_{name} must be {'>= 0' if name == 'decode_slack_seconds' else '> 0'}, "
+                                 f"got {value}")
+
 
 def _check_count(items: Sequence[MediaItem], slot: str, limit: int, limit_name: str) -> None:
     if len(items) > limit:

@@ -113,9 +113,9 @@ class Settings:
                 eng[key] = value
             else:
                 raise SettingsError(f"unknown setting {key!r}")
-        if media:
-            eng["media"] = dataclasses.replace(self.engine.media, **media)
-        try:
+        try:   # EngineConfig and MediaLimits check their own values
+            if media:
+                eng["media"] = dataclasses.replace(self.engine.media, **media)
             engine = dataclasses.replace(self.engine, **eng)
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
@@ -183,18 +183,15 @@ def _read_keys_file(path: str, source: str) -> str:
 
 
 def _check(s: Settings) -> None:
-    e = s.engine
-    positive = {"port": s.port, "max_multipart_parts": s.max_multipart_parts, "parse_threads": s.parse_threads,
-                "max_batch_records": e.max_batch_records, "max_batch_tokens": e.max_batch_tokens,
-                "max_queue": e.max_queue, "decode_threads": e.decode_threads}
-    for name, value in positive.items():
-        if value < 1:
-            raise SettingsError(f"{name} must be >= 1, got {value}")
+    """The HTTP edge's own fields (EngineConfig and MediaLimits check theirs when they are built)."""
+    for name in ("max_multipart_parts", "parse_threads"):
+        if getattr(s, name) < 1:
+            raise SettingsError(f"{name} must be >= 1, got {getattr(s, name)}")
     if not 0 < s.port < 65536:
         raise SettingsError(f"port must be 1..65535, got {s.port}")
-    if e.max_wait_ms < 0 or e.request_timeout_s <= 0:
-        raise SettingsError("max_wait_ms must be >= 0 and request_timeout_s > 0")
     if s.max_body_bytes is not None and s.max_body_bytes < 1024:
         raise SettingsError(f"max_body_bytes must be >= 1024, got {s.max_body_bytes}")
+    if s.drain_timeout_s is not None and s.drain_timeout_s < 0:
+        raise SettingsError(f"drain_timeout_s must be >= 0, got {s.drain_timeout_s}")
     if any(not k for k in s.api_keys):
         raise SettingsError("api_keys must not contain empty keys")

@@ -1,14 +1,22 @@
 """EngineConfig: everything the engine needs to load and run a model, as one frozen dataclass.
 
-Knows nothing of the environment or argv (the edges fill it in) and nothing of HTTP.
+The one place its values are checked (`__post_init__`; media limits check themselves in `MediaLimits`): every edge
+that builds one — settings from the environment, CLI flags, Python callers — gets the same ConfigError naming the
+field. Knows nothing of the environment or argv (the edges fill it in) and nothing of HTTP.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from omni.contract.errors import ConfigError
 from preprocess.media import MediaLimits
 
 CONFIDENCE_FORMULAS = ("clef", "typesafe")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars", "max_batch_records",
+                 "max_batch_tokens", "max_queue", "decode_threads")
+_AT_LEAST_TWO = ("max_choice_options", "max_score_levels")
+_NOT_NEGATIVE = ("torch_threads", "probability_decimals", "max_wait_ms", "inline_prepare_max_chars")
 
 
 @dataclass(frozen=True)
@@ -41,4 +49,13 @@ class EngineConfig:
 
     def __post_init__(self):
         if self.confidence not in CONFIDENCE_FORMULAS:
-            raise ValueError(f"confidence must be one of {CONFIDENCE_FORMULAS}, not {self.confidence!r}")
+            raise ConfigError(f"confidence must be one of {CONFIDENCE_FORMULAS}, not {self.confidence!r}")
+        for names, low in ((_AT_LEAST_ONE, 1), (_AT_LEAST_TWO, 2), (_NOT_NEGATIVE, 0)):
+            for name in names:
+                if getattr(self, name) < low:
+                    raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if not self.request_timeout_s > 0:
+            raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        for name, allowed in (("dtype", DTYPES), ("head_dtype", DTYPES[1:])):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")

@@ -76,6 +76,10 @@ class UnknownModel(OmniError):
         super().__init__(f"Unknown model: {requested!r}; this server answers as {', '.join(served)}")
 
 
+class ConfigError(OmniError, ValueError):
+    """A configuration value out of range; the message names the field (EngineConfig checks itself)."""
+
+
 class CheckpointError(OmniError):
     """A model directory is incomplete or does not match its config (missing/mismatched/unexpected keys, files)."""
 

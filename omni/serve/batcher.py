@@ -7,7 +7,8 @@ and under load batches still fill because items queue up while the worker runs t
 Items past their deadline, or whose future was cancelled, are dropped before compute. Every future ends: with a
 result, the item's own exception, DeadlineExceeded, InferenceFailed (the whole batch raised) or NotReady (stopped).
 
-Knows nothing of torch, HTTP or the model: `run_batch` and `cost_tokens` are the caller's functions.
+Knows nothing of torch, HTTP or the model: `run_batch` and `cost_tokens` are the caller's functions. Its limits come
+from an `EngineConfig`, which has already checked them.
 """
 from __future__ import annotations
 
@@ -74,8 +75,6 @@ class MicroBatcher(Generic[T, R]):
                  max_batch_records: int, max_batch_tokens: int, max_wait_ms: float, max_queue: int,
                  name: str = "model", on_batch: Callable[[BatchReport], None] | None = None,
                  wait_only_while_expecting: bool = False):
-        if max_batch_records < 1 or max_batch_tokens < 1 or max_queue < 1 or max_wait_ms < 0:
-            raise ValueError("max_batch_records, max_batch_tokens and max_queue must be >= 1, max_wait_ms >= 0")
         self._run_batch = run_batch
         self._cost_tokens = cost_tokens
         self.max_batch_records = max_batch_records

@@ -46,6 +46,7 @@ class FakeModel:
         self.load_gate, self.forward_gate = load_gate, forward_gate
         self.release = threading.Event()
         self.seen: list[DecisionRequest] = []       # every request prepared after the warm-up
+        self.forwards_started = 0                    # forward calls entered after the warm-up (gated or not)
         self._warm = False
 
     def prepare(self, request: DecisionRequest) -> FakeRecord:
@@ -66,6 +67,7 @@ class FakeModel:
 
     def probabilities(self, records: list[FakeRecord]) -> list[list[torch.Tensor]]:
         gate = self.forward_gate if self._warm else self.load_gate
+        self.forwards_started += self._warm
         if gate is not None:
             gate.wait(30)
         self._warm = True

@@ -149,9 +149,10 @@ def test_requests_are_micro_batched_behind_a_busy_model():
     gate = threading.Event()
     with served(model=FakeModel(forward_gate=gate), max_batch_records=4, max_wait_ms=0) as (client, engine):
         with ThreadPoolExecutor(5) as pool:
-            futures = [pool.submit(client.post, "/v1/systemone", json=body(f"b{i}")) for i in range(5)]
-            wait_until(lambda: len(engine.model.seen) == 5 and engine.batcher.stats().queue_depth == 4,
-                       what="one request in the model, four queued behind it")
+            futures = [pool.submit(client.post, "/v1/systemone", json=body("b0"))]
+            wait_until(lambda: engine.model.forwards_started == 1, what="the first request in the model")
+            futures += [pool.submit(client.post, "/v1/systemone", json=body(f"b{i}")) for i in range(1, 5)]
+            wait_until(lambda: engine.batcher.stats().queue_depth == 4, what="four requests queued behind it")
             gate.set()
             assert [f.result(WAIT).status_code for f in futures] == [200] * 5
         sizes = engine.batcher.stats().batch_sizes

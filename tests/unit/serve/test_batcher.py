@@ -264,11 +264,6 @@ def test_on_batch_reports_sizes_and_waits_and_a_broken_hook_does_not_stop_the_wo
     assert stats.batch_sizes == {1: 2, 2: 1} and stats.completed == 4 and stats.batches == 3
 
 
-def test_invalid_limits_are_refused():
-    with pytest.raises(ValueError):
-        MicroBatcher(Recorder(), cost_of, max_batch_records=0, max_batch_tokens=10, max_wait_ms=0, max_queue=4)
-
-
 # ---------------------------------------------------------------- waiting only for announced items
 HOUR_MS = 3_600_000   # a wait this long would show up as a timed-out result(), never as a slow pass
 
