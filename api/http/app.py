@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.http import schemas
+from api.http.cloudflare import router as cloudflare_router
 from api.http.errors import error_payload, handled_classes
 from api.http.metrics import Metrics
 from api.http.routes import ServiceState, router
@@ -61,6 +62,7 @@ def create_app(settings: Settings, engine: Any = None, *,
                   description="Self-hosted multimodal decisions: TypeSafe System One API, Clef-omni media.")
     app.state.service = svc
     app.include_router(router)
+    app.include_router(cloudflare_router)
     for cls in handled_classes():
         app.add_exception_handler(cls, _handle)
     app.add_middleware(RequestContext, metrics=svc.metrics)
@@ -93,12 +95,17 @@ def _announce(svc: ServiceState) -> None:
 
 
 async def _handle(request: Request, exc: Exception) -> JSONResponse:
-    status, body, headers = error_payload(exc, _request_id(request.scope))
+    status, body, headers = error_payload(exc, _request_id(request.scope), _envelope(request.scope))
     return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _request_id(scope: Scope) -> str:
     return scope.setdefault("state", {}).get("request_id") or "unknown"
+
+
+def _envelope(scope: Scope) -> str:
+    """The error body shape the route asked for (`api.http.cloudflare` sets "cloudflare"); System One otherwise."""
+    return scope.setdefault("state", {}).get("envelope") or "systemone"
 
 
 class RequestContext:
@@ -133,7 +140,7 @@ class RequestContext:
             if status["started"]:
                 log.exception("request %s failed after the response started", request_id)
                 raise
-            code, body, headers = error_payload(exc, request_id)
+            code, body, headers = error_payload(exc, request_id, _envelope(scope))
             await JSONResponse(body, status_code=code, headers=headers)(scope, receive, send_with_id)
         finally:
             self.metrics.observe_request(getattr(scope.get("route"), "path", "unmatched"), status["code"],

@@ -1,8 +1,11 @@
-"""The ONE error table: exception class -> HTTP status, body shape and headers. Nothing else maps errors.
+"""The ONE error table: exception class -> HTTP status, body shape, headers and Cloudflare code. Nothing else maps
+errors.
 
-Two body shapes, both with a top-level `request_id`:
+Two body shapes on the System One routes, both with a top-level `request_id`:
 - field faults (something at a place in the body): FastAPI style `{"detail": [{"loc": ["body", ...], "msg", "type"}]}`
 - request faults: TypeSafe style `{"detail": {"error_type": ..., "message": ...}}`
+and Cloudflare's envelope on its route (`envelope="cloudflare"`): `{"result": null, "success": false, "errors":
+[{"code", "message"}], "messages": []}`, same status, one error per issue.
 Client faults are never 5xx; a 500 carries the request id and a fixed message, never the exception text.
 Knows the core's exception classes and Starlette's HTTPException; knows nothing of routes or the model.
 """
@@ -48,11 +51,16 @@ class UnsupportedContentType(ApiError):
     """Content-Type or Content-Encoding this server does not read."""
 
 
+class NoRoute(ApiError):
+    """A Cloudflare model route this server does not run (e.g. @cf/cloudflare/clef-flash)."""
+
+
 # ---------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class Rule:
     status: int | None                      # None: take exc.status_code (Starlette HTTPException)
     error_type: str
+    cf_code: int                            # Cloudflare's error code for the same fault (its envelope)
     field: bool = False                     # True: detail[] with loc; False: detail{error_type, message}
     message: Callable[[BaseException], str] | None = None   # None: str(exc)
     headers: Callable[[BaseException], dict[str, str]] | None = None
@@ -65,26 +73,29 @@ def _retry_after(exc: Overloaded) -> dict[str, str]:
 
 _INTERNAL = "internal error; quote the request id when reporting it"
 
+# Cloudflare codes as measured on Workers AI (../shared/spec/systemone-api.md §3.4): 10000 auth, 5012 validation
+# and inference failures, 5021 too large, 6003 unreadable body, 7000 no route, 3040 capacity.
 TABLE: dict[type[BaseException], Rule] = {
-    Unauthorized: Rule(401, "authentication_error", headers=lambda e: {"WWW-Authenticate": "Bearer"}),
-    BodyTooLarge: Rule(413, "request_too_large"),
-    UnsupportedContentType: Rule(415, "unsupported_media_type"),
-    RequestValidationError: Rule(422, "validation_error", field=True),
-    InvalidRequest: Rule(422, "validation_error", field=True),
-    ContextTooLong: Rule(413, "context_too_long", field=True),
-    MediaError: Rule(422, "media_error", field=True),
-    CorruptMedia: Rule(422, "corrupt_media", field=True),
-    MediaTooLarge: Rule(413, "media_too_large", field=True),
-    UnsupportedMedia: Rule(415, "unsupported_media", field=True),
-    UnknownModel: Rule(400, "api_usage_error"),
-    Overloaded: Rule(429, "rate_limit_error", headers=_retry_after),
-    NotReady: Rule(503, "not_ready", headers=lambda e: {"Retry-After": "5"}),
-    DeadlineExceeded: Rule(504, "timeout"),
-    StarletteHTTPException: Rule(None, "http_error", message=lambda e: str(getattr(e, "detail", "")),
+    Unauthorized: Rule(401, "authentication_error", 10000, headers=lambda e: {"WWW-Authenticate": "Bearer"}),
+    BodyTooLarge: Rule(413, "request_too_large", 5021),
+    UnsupportedContentType: Rule(415, "unsupported_media_type", 6003),
+    NoRoute: Rule(400, "no_route", 7000),
+    RequestValidationError: Rule(422, "validation_error", 5012, field=True),
+    InvalidRequest: Rule(422, "validation_error", 5012, field=True),
+    ContextTooLong: Rule(413, "context_too_long", 5021, field=True),
+    MediaError: Rule(422, "media_error", 5012, field=True),
+    CorruptMedia: Rule(422, "corrupt_media", 5012, field=True),
+    MediaTooLarge: Rule(413, "media_too_large", 5021, field=True),
+    UnsupportedMedia: Rule(415, "unsupported_media", 5012, field=True),
+    UnknownModel: Rule(400, "api_usage_error", 5006),
+    Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
+    NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),
+    DeadlineExceeded: Rule(504, "timeout", 5012),
+    StarletteHTTPException: Rule(None, "http_error", 7000, message=lambda e: str(getattr(e, "detail", "")),
                                  headers=lambda e: dict(getattr(e, "headers", None) or {})),
-    InferenceFailed: Rule(500, "internal_error"),
-    CheckpointError: Rule(500, "internal_error"),
-    Exception: Rule(500, "internal_error"),     # anything unexpected is a bug: 500, text never shown
+    InferenceFailed: Rule(500, "internal_error", 5012),
+    CheckpointError: Rule(500, "internal_error", 5012),
+    Exception: Rule(500, "internal_error", 5012),     # anything unexpected is a bug: 500, text never shown
 }
 
 _HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 400: "api_usage_error"}
@@ -103,8 +114,9 @@ def handled_classes() -> tuple[type[BaseException], ...]:
     return tuple(cls for cls in TABLE if cls is not Exception)
 
 
-def error_payload(exc: BaseException, request_id: str) -> tuple[int, dict, dict[str, str]]:
-    """(status, JSON body, headers) for `exc`."""
+def error_payload(exc: BaseException, request_id: str,
+                  envelope: str = "systemone") -> tuple[int, dict, dict[str, str]]:
+    """(status, JSON body, headers) for `exc`, in the System One shape or Cloudflare's (`envelope="cloudflare"`)."""
     rule = rule_for(exc)
     status = rule.status if rule.status is not None else int(getattr(exc, "status_code", 500))
     headers = rule.headers(exc) if rule.headers else {}
@@ -117,7 +129,19 @@ def error_payload(exc: BaseException, request_id: str) -> tuple[int, dict, dict[
     if status == 500:  # a bug or a device fault: log everything, show nothing
         log.error("request %s failed: %s", request_id, type(exc).__name__, exc_info=exc)
         detail = {"error_type": "internal_error", "message": f"{_INTERNAL} ({request_id})"}
+    if envelope == "cloudflare":
+        return status, _cloudflare_errors(detail, rule.cf_code), headers
     return status, {"detail": detail, "request_id": request_id}, headers
+
+
+def _cloudflare_errors(detail: object, code: int) -> dict:
+    """Cloudflare's error envelope: one {code, message} per issue (a field issue's message names its place)."""
+    if isinstance(detail, list):
+        errors = [{"code": code, "message": ".".join(map(str, issue["loc"][1:])) + f": {issue['msg']}"}
+                  for issue in detail]
+    else:
+        errors = [{"code": code, "message": detail["message"]}]
+    return {"result": None, "success": False, "errors": errors, "messages": []}
 
 
 def _field_issues(exc: BaseException) -> list[dict]:

@@ -75,18 +75,16 @@ router = APIRouter()
 @router.post("/v1/systemone", dependencies=[Depends(require_api_key)], response_model=None, tags=["decisions"],
              summary="Answer typed questions about a state and its media in one prefill",
              responses={200: {"model": schemas.SystemOneResponse}, **schemas.ERROR_RESPONSES},
-             openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}},
-                 "multipart/form-data": {"schema": {"$ref": "#/components/schemas/MultipartRequest"}}}}})
+             openapi_extra=schemas.DECISION_REQUEST_BODY)
 async def systemone(request: Request) -> Response:
     decision, server_timing = await decide(request)
     return JSONResponse(decision.to_wire(), headers={"Server-Timing": server_timing})
 
 
-async def decide(request: Request, check_body: Callable[[Any], None] | None = None) -> tuple[Decision, str]:
+async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = None) -> tuple[Decision, str]:
     """The decision path of every wire envelope: (the Decision, its Server-Timing header value).
 
-    `check_body(body)` runs on the parsed JSON before the wire parser (an envelope's own rules about the body).
+    `adapt_body(body) -> body` runs on the parsed JSON before the wire parser (an envelope's own rules about it).
     """
     svc = service(request)
     arrived = request.state.started_at
@@ -98,7 +96,7 @@ async def decide(request: Request, check_body: Callable[[Any], None] | None = No
     raw = await _read_capped(request, svc.settings.body_cap_bytes)
 
     t_parse = time.monotonic()
-    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, check_body)
+    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body)
     if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
         decision_request = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
     else:
@@ -136,13 +134,12 @@ async def _read_capped(request: Request, cap_bytes: int) -> bytes:
 
 
 def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
-             check_body: Callable[[Any], None] | None) -> DecisionRequest:
+             adapt_body: Callable[[Any], Any] | None) -> DecisionRequest:
     """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64) stays off the event loop."""
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
     wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
-    if check_body is not None:
-        check_body(wire.body)
-    decision_request = parse_request(wire.body, svc.settings.engine, wire.parts)
+    body = wire.body if adapt_body is None else adapt_body(wire.body)
+    decision_request = parse_request(body, svc.settings.engine, wire.parts)
     return dataclasses.replace(decision_request, request_id=request_id)
 
 

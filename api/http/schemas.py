@@ -157,10 +157,37 @@ class ModelList(BaseModel):
     data: list[OpenAIModel] = Field(description="the same models, OpenAI-style (llama.cpp clients)")
 
 
+class CloudflareResponse(BaseModel):
+    """Cloudflare's REST envelope around the System One response."""
+
+    result: SystemOneResponse
+    success: Literal[True] = True
+    errors: list[Any] = Field(default_factory=list)
+    messages: list[Any] = Field(default_factory=list)
+
+
+class CloudflareError(BaseModel):
+    code: int = Field(description="Cloudflare's code: 10000 auth, 5012 validation/inference, 5021 too large, "
+                                  "6003 unreadable body, 7000 no route, 3040 capacity")
+    message: str
+
+
+class CloudflareErrorBody(BaseModel):
+    result: None = None
+    success: Literal[False] = False
+    errors: list[CloudflareError]
+    messages: list[Any] = Field(default_factory=list)
+
+
 class Status(BaseModel):
     status: str
     message: str | None = None
 
+
+# The decision routes read the body themselves (zstd/gzip, multipart); these document what they take.
+DECISION_REQUEST_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}},
+    "multipart/form-data": {"schema": {"$ref": "#/components/schemas/MultipartRequest"}}}}}
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "unknown model"},

@@ -281,3 +281,23 @@ def test_empty_uploads_and_duplicate_part_names_are_422():
                                                     ("asset-0", ("b", media("image"), "image/png"))])
         assert field_error(twice, 422)[0]["loc"] == ["body", "asset-0"]
         assert engine.model.seen == []
+
+
+def test_the_cloudflare_envelope_keeps_the_status_and_headers_and_adds_the_code():
+    from api.http.errors import BodyTooLarge, NoRoute, Unauthorized, error_payload
+    from omni.contract.errors import InvalidRequest, Overloaded
+    from preprocess.errors import MediaTooLarge
+    from preprocess.item import MediaItem
+
+    cases = [(Unauthorized("no key"), 401, 10000), (BodyTooLarge("big"), 413, 5021), (NoRoute("x"), 400, 7000),
+             (InvalidRequest.one(("questions", "q"), "bad"), 422, 5012), (Overloaded("full", 2.0), 429, 3040),
+             (MediaTooLarge(MediaItem("audio", 1, b"a"), "301 s"), 413, 5021), (KeyError("secret"), 500, 5012)]
+    for exc, status, code in cases:
+        plain = error_payload(exc, "rid-9")
+        got_status, payload, headers = error_payload(exc, "rid-9", "cloudflare")
+        assert (got_status, headers) == (plain[0], plain[2]) == (status, plain[2])
+        assert payload["success"] is False and payload["result"] is None
+        assert [e["code"] for e in payload["errors"]] == [code]
+    assert error_payload(InvalidRequest.one(("questions", "q"), "bad"), "r", "cloudflare")[1]["errors"][0][
+        "message"] == "questions.q: bad"
+    assert "secret" not in json.dumps(error_payload(KeyError("secret"), "rid-9", "cloudflare")[1])

@@ -1,0 +1,57 @@
+"""Cloudflare's route for the hosted model, so code written for Workers AI runs against us by changing its base URL.
+
+`POST /accounts/{account_id}/ai/run/@cf/cloudflare/{clef-omni|clef}` takes the same body as `/v1/systemone` (JSON or
+multipart, every media form) through the same decision path (`routes.decide`: auth, limits, batching, metrics,
+Server-Timing) and wraps the answer in Cloudflare's envelope `{"result": ..., "success": true, "errors": [],
+"messages": []}`; errors come in its error envelope (`api/http/errors.py`, `envelope="cloudflare"`). The route names
+the model: a body `model` that contradicts it is refused, a missing one is accepted (as measured live), and the
+account id is not checked (auth is the Bearer key, as on every route). Knows nothing of the engine or the model.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from api.http import schemas
+from api.http.errors import NoRoute
+from api.http.routes import decide, require_api_key
+from omni.contract.errors import InvalidRequest
+
+MODELS = ("clef-omni", "clef")      # `clef` too: the same request shape; this server runs one Clef model
+
+
+async def cloudflare_envelope(request: Request) -> None:
+    """Runs first on the route: every error from here on is rendered in Cloudflare's envelope."""
+    request.state.envelope = "cloudflare"
+
+
+router = APIRouter()
+
+
+@router.post("/accounts/{account_id}/ai/run/@cf/cloudflare/{model_name}", response_model=None, tags=["decisions"],
+             dependencies=[Depends(cloudflare_envelope), Depends(require_api_key)],
+             summary="Cloudflare Workers AI route: the same decision in Cloudflare's envelope",
+             responses={200: {"model": schemas.CloudflareResponse},
+                        **{code: {"model": schemas.CloudflareErrorBody} for code in (400, 401, 413, 415, 422, 429,
+                                                                                     500, 503, 504)}},
+             openapi_extra=schemas.DECISION_REQUEST_BODY)
+async def run(request: Request, account_id: str, model_name: str) -> Response:
+    if model_name not in MODELS:
+        raise NoRoute(f"no route for @cf/cloudflare/{model_name}: this server runs {' and '.join(MODELS)}")
+    decision, server_timing = await decide(request, adapt_body=lambda body: route_model(body, model_name))
+    return JSONResponse({"result": decision.to_wire(), "success": True, "errors": [], "messages": []},
+                        headers={"Server-Timing": server_timing})
+
+
+def route_model(body: Any, model_name: str) -> Any:
+    """The body with the route's model: a `model` that names another one is refused; it is then left out, since the
+    route (not the served name or its aliases) says which model answers."""
+    if not isinstance(body, dict) or "model" not in body:
+        return body
+    model = body["model"]
+    if model is not None and (not isinstance(model, str) or model.strip() != model_name):
+        raise InvalidRequest.one(("model",), f"model {model!r} contradicts the route @cf/cloudflare/{model_name}; "
+                                 f"send {model_name!r} or leave it out", "value_error")
+    return {key: value for key, value in body.items() if key != "model"}
