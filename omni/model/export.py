@@ -1,7 +1,7 @@
 """Writes a (fine-tuned) ClefModel back out in the released Clef-omni layout, loadable by `ClefModel.load`.
 
-The head goes to `joint_head.safetensors` (Clef state-dict names, the source file's dtype) next to an unchanged
-`joint_head_config.json`. An untouched backbone is linked (or copied) from the source directory; a trained one is
+The head goes to `joint_head.safetensors` (Clef state-dict names, the source file's dtype, today's date as its
+`release_date` metadata) next to an unchanged `joint_head_config.json`. An untouched backbone is linked (or copied) from the source directory; a trained one is
 written through transformers' own `save_pretrained` (which undoes the load-time expert fusing), with `lm_head`
 restored from the lexical table for the duration and every key prefixed `thinker.` as in the release, so strict
 loading passes. Tokenizer, processor and config files are copied. A `calibration.json` is never carried over (it is
@@ -9,6 +9,7 @@ bound to the old weights). Knows nothing of training loops, datasets or HTTP.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -52,7 +53,9 @@ def save_head(head: nn.Module, source_dir: Path, out_dir: Path) -> None:
         first = next(iter(handle.keys()))
         dtype = SAFETENSORS_DTYPES.get(handle.get_slice(first).get_dtype(), torch.float32)
     state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in head.state_dict().items()}
-    save_file(state, str(out_dir / "joint_head.safetensors"))
+    # the date this checkpoint was made: what /v1/models reports as its release date (omni.model.checkpoint)
+    metadata = {"format": "pt", "release_date": dt.datetime.now(dt.timezone.utc).date().isoformat()}
+    save_file(state, str(out_dir / "joint_head.safetensors"), metadata=metadata)
     shutil.copy2(source_dir / "joint_head_config.json", out_dir / "joint_head_config.json")
 
 

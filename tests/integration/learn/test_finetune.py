@@ -1,4 +1,5 @@
 """Fine-tuning the tiny checkpoint: the loss, augmentation, lower validation NLL, exact reload, resume, modes."""
+import datetime as dt
 import math
 import random
 
@@ -77,6 +78,8 @@ def test_head_finetuning_lowers_validation_nll_and_the_saved_directory_reloads_e
     assert not (tmp_path / "tuned" / STATE_FILE).exists() and (tmp_path / "tuned" / "training.json").is_file()
     # the backbone was not trained: its file is the source's, byte for byte
     assert (tmp_path / "tuned" / "model.safetensors").read_bytes() == (tiny_dir / "model.safetensors").read_bytes()
+    # the export is dated (what /v1/models shows as its release date)
+    assert reloaded.source.release_date == dt.datetime.now(dt.timezone.utc).date().isoformat()
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_dir, keyword_records, tmp_path):
