@@ -1,1 +1,10 @@
-"""omni: the decision core (prompt, backbone, head, answers, engine). Knows torch and transformers, never HTTP."""
+"""omni: the decision core, one room per job. Imports go one way, down this list:
+
+    omni/serve/     the DecisionEngine (given a model) and its micro-batcher: admission, decode pool, one model thread
+    omni/learn/     labelled datasets, evaluation, metrics, plots, fine-tuning (beside serve; neither imports the other)
+    omni/model/     ClefModel with the ONE prepare (media + prompt + positions), backbone, head, checkpoints, export
+    omni/contract/  the wire in and out for every edge: types, errors, config, the one request parser, answers
+
+and everything here may use `preprocess/` (bytes -> model inputs). Knows torch and transformers, never HTTP or argv;
+`tests/unit/test_imports.py` checks the arrows.
+"""

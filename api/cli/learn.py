@@ -1,8 +1,9 @@
 """`omni eval`, `omni calibrate` and `omni finetune`: argv → labelled dataset + model → reports and checkpoints.
 
-An edge like `api/cli.py` (which wires these three subcommands): parses flags, loads the model through
-`DecisionEngine` (so the tiny default, hub ids and strict loading behave as in `omni decide`), and hands the work to
-`omni.learn.evaluation`, `omni.model.calibration` and `omni.learn.training`. Knows nothing of model internals or HTTP.
+An edge like `api/cli/decide.py`: parses flags, reads the dataset (the wire parser's rules, before any model work),
+loads the model with `ClefModel.from_config` (so the tiny default, hub ids and strict loading behave as in `omni
+decide`), and hands the work to `omni.learn.evaluation`, `omni.model.calibration` and `omni.learn.training`.
+Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`omni serve`: argv + `OMNI_*` settings -> uvicorn running `create_app`. SIGTERM drains in-flight work.
 
-`add_serve_arguments(parser)` adds the flags (one per setting, generated from api/settings.py so env names and
+`add_serve_arguments(parser)` adds the flags (one per setting, generated from api/http/settings.py so env names and
 flags never drift); `run_serve(args) -> int` runs until SIGTERM/SIGINT: /ready turns 503, uvicorn stops accepting
 connections and waits (up to the drain timeout) for requests in flight, then the engine drains and stops.
 Exit codes: 0 clean stop, 1 the model failed to load, 2 bad settings. Knows nothing of routes or the model.

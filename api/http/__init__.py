@@ -1,1 +1,13 @@
-"""api.http: the FastAPI service (app, routes, transport, schemas, the error table, metrics, settings)."""
+"""api.http: the HTTP service around one DecisionEngine.
+
+    app.py         create_app(settings, engine=None): routes, error handlers, request ids, lifespan (load, drain)
+    routes.py      /v1/systemone and the shared `decide` path, /v1/models, /health, /ready, /metrics
+    cloudflare.py  POST /accounts/{id}/ai/run/@cf/cloudflare/{model}: the same decision in Cloudflare's envelope
+    transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
+    errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
+    schemas.py     pydantic shapes for the OpenAPI docs (never used to validate)
+    metrics.py     Prometheus metrics of one app
+    settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
+
+Knows the engine only through its serving surface (ready, submit, info, batcher) and never imports torch.
+"""

@@ -3,7 +3,7 @@
 Wires the routes, the error table, a request-context middleware (request id on every response, access metrics,
 the 500 fallback) and the lifespan: the engine loads in a background thread so /health answers at once and /ready
 turns 200 when the model is warm; shutdown drains the engine. No module-level app, engine or settings.
-Knows nothing of argv, uvicorn or the environment (see api/settings.py and api/server.py).
+Knows nothing of argv, uvicorn or the environment (see api/http/settings.py and api/cli/serve.py).
 """
 from __future__ import annotations
 

@@ -1,1 +1,13 @@
-"""omni.contract: the wire in and out for every edge (types, errors, config, request parsing, answers)."""
+"""omni.contract: the wire in and out for EVERY edge (HTTP, CLI, datasets) — one parser, one set of types.
+
+    types.py        frozen values: Question, DecisionRequest, Part (an upload beside the JSON), Decision (to the wire)
+    request.py      parse_request(body, config, parts): the one parser; validates everything, checks the model name
+    media_forms.py  every media form -> MediaItems: Clef slots, llama.cpp files, TypeSafe assets, named parts
+    json_values.py  the one JSON loader for callers' documents; what can be rendered into a prompt
+    answers.py      probabilities -> System One answers (rounding, confidence)
+    config.py       EngineConfig, which checks its own values
+    errors.py       typed errors, no status codes
+
+A media item is `preprocess.item.MediaItem` (the decoders' errors carry it). Knows nothing of torch, the model,
+HTTP, argv or the environment.
+"""

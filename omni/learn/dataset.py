@@ -1,11 +1,13 @@
 """Labelled datasets: a JSONL file of System One requests, each with `labels` → validated (request, labels) pairs.
 
-One line = one request body as the API takes it, plus `"labels": {question_id: answer}` (noul: true/false, choice:
-an option id, score: the level index 0..n-1). Questions without a label are still asked but not scored. Media
-fields (`images`, `audio`, `videos`) hold data URLs / `{content_type, base64}` objects (checked by the request
-validator) or file paths relative to the dataset file (read here: the dataset is the operator's own file, never an
-HTTP caller's). Every bad line is reported with its line number in one `DatasetError`; nothing is skipped silently
-(blank lines are not records). Knows nothing of torch, the model or metrics; request rules live in `omni.contract.request`.
+One line = one request body as the API takes it (every media form of the wire: Clef slots, TypeSafe assets,
+llama.cpp files), plus `"labels": {question_id: answer}` (noul: true/false, choice: an option id, score: the level
+index 0..n-1). Questions without a label are still asked but not scored. The Clef media fields (`images`, `audio`,
+`videos`) may also hold file paths relative to the dataset file: those files are read here (the dataset is the
+operator's own file, never an HTTP caller's) and handed to the wire parser as parts of their slot, exactly as
+`omni decide --image` does. Every bad line is reported with its line number in one `DatasetError`; nothing is skipped
+silently (blank lines are not records). Knows nothing of torch, the model or metrics; the request rules are
+`omni.contract.request.parse_request`'s.
 """
 from __future__ import annotations
 

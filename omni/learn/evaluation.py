@@ -1,6 +1,7 @@
 """Runs a model over a labelled dataset → per-question probabilities → metrics → report files and plots.
 
-Scoring goes through the serving pipeline (`ClefModel.prepare`, then `ClefModel.logits`); optional calibration is applied to the logits before the float32 softmax, as serving does.
+Scoring goes through the serving pipeline (`ClefModel.prepare`, then `ClefModel.logits`); optional calibration is
+applied to the logits before the float32 softmax, as serving does.
 Writes `metrics.json`, `report.md`, `predictions.jsonl` and PNGs (reliability diagrams per question and per type,
 confusion matrices per question). Knows nothing of argv, HTTP or the environment.
 """

@@ -1,8 +1,8 @@
 """Writes a (fine-tuned) ClefModel back out in the released Clef-omni layout, loadable by `ClefModel.load`.
 
 The head goes to `joint_head.safetensors` (Clef state-dict names, the source file's dtype, today's date as its
-`release_date` metadata) next to an unchanged `joint_head_config.json`. An untouched backbone is linked (or copied) from the source directory; a trained one is
-written through transformers' own `save_pretrained` (which undoes the load-time expert fusing), with `lm_head`
+`release_date` metadata) next to an unchanged `joint_head_config.json`. An untouched backbone is linked (or copied)
+from the source directory; a trained one is written through transformers' own `save_pretrained` (which undoes the load-time expert fusing), with `lm_head`
 restored from the lexical table for the duration and every key prefixed `thinker.` as in the release, so strict
 loading passes. Tokenizer, processor and config files are copied. A `calibration.json` is never carried over (it is
 bound to the old weights). Knows nothing of training loops, datasets or HTTP.
