@@ -40,17 +40,18 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the servers' working directory
 
 OMNI = "import sys; from api.cli.main import main; sys.exit(main())"  # what the `omni` console script runs
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
              "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
 MODES = {"batching_on": [], "batching_off": ["--no-batching"]}
+SMALL = {"state": "Short ticket.", "questions": {"ok": {"type": "noul", "instructions": "Fine?"}}}
 
 
 def request_bodies(mix: list[str], n: int) -> list[dict]:
+    """`n` System One bodies with QUESTIONS, cycling through the `mix` kinds (text, image, audio as data URLs)."""
     from fixtures.media import image_bytes, wav_bytes
 
     def url(mime: str, data: bytes) -> str:
@@ -63,12 +64,14 @@ def request_bodies(mix: list[str], n: int) -> list[dict]:
 
 
 def free_port() -> int:
+    """A port on 127.0.0.1 that is free right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def start_server(args: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+    """Start `omni serve ARGS` on a free loopback port, logging to `log_path`; wait until /ready -> (process, url)."""
     port = free_port()
     log = open(log_path, "wb")
     proc = subprocess.Popen([sys.executable, "-c", OMNI, "serve", "--port", str(port), "--log-level", "warning",
@@ -89,6 +92,7 @@ def start_server(args: list[str], log_path: Path) -> tuple[subprocess.Popen, str
 
 
 def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM, then kill if it has not exited within 60 s."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(60)
@@ -119,12 +123,14 @@ async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[list
 
 
 def summarize(latencies: list[float], statuses: Counter, wall_s: float, concurrency: int) -> dict:
+    """One mode's JSON line: request count, wall time, throughput, p50 / p99 latency, status counts."""
     return {"requests": len(latencies), "concurrency": concurrency, "wall_s": round(wall_s, 3),
             "throughput_rps": round(len(latencies) / wall_s, 2), "p50_ms": round(quantile(latencies, 0.5) * 1e3, 2),
             "p99_ms": round(quantile(latencies, 0.99) * 1e3, 2), "statuses": dict(statuses)}
 
 
 def quantile(values: list[float], q: float) -> float:
+    """The `q` quantile of `values` (nearest rank, no interpolation)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -162,20 +168,7 @@ def overhead(urls: dict[str, str], model: str | None, body: dict, n: int, torch_
         calls = {"httpx": httpx_post, "stdlib": lambda: stdlib_post("batching_off"),
                  "stdlib_batching_on": lambda: stdlib_post("batching_on"),
                  "in_process": lambda: (200, "", engine.decide(parse_request(body, engine.config)))}
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        names = list(calls)
-        for i in range(n + 5):  # the first rounds warm caches on both sides
-            # rotate the order, so that each way follows each other way equally often
-            for name in names[i % len(names):] + names[:i % len(names)]:
-                t0 = time.perf_counter()
-                status, text, timing = calls[name]()
-                elapsed = time.perf_counter() - t0
-                if status != 200:
-                    raise SystemExit(f"overhead request failed: {status} {text}")
-                if i >= 5:
-                    times[name].append(elapsed)
-                    if name.startswith("stdlib"):
-                        stages[name].append(server_timing(timing))
+        times = take_turns(calls, n, stages)
     for connection in lean.values():
         connection.close()
     p50 = {name: statistics.median(values) * 1e3 for name, values in times.items()}
@@ -185,6 +178,29 @@ def overhead(urls: dict[str, str], model: str | None, body: dict, n: int, torch_
     for name in ("httpx", "stdlib", "stdlib_batching_on"):
         out[f"ratio_{name}"] = round(p50[name] / p50["in_process"], 2)
     return out
+
+
+def take_turns(calls: dict, n: int, stages: dict[str, list[dict[str, float]]]) -> dict[str, list[float]]:
+    """Call every way in turn, `n` + 5 rounds (the first 5 uncounted) -> seconds per call, by way.
+
+    Each call returns (status, text, Server-Timing header); the header's stages go into `stages[name]` for the ways
+    named there.
+    """
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for i in range(n + 5):  # the first rounds warm caches on both sides
+        # rotate the order, so that each way follows each other way equally often
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            status, text, timing = calls[name]()
+            elapsed = time.perf_counter() - t0
+            if status != 200:
+                raise SystemExit(f"overhead request failed: {status} {text}")
+            if i >= 5:
+                times[name].append(elapsed)
+                if name in stages:
+                    stages[name].append(server_timing(timing))
+    return times
 
 
 def server_timing(header: str) -> dict[str, float]:
@@ -221,13 +237,16 @@ def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_m
             list(pool.map(client, [requests // concurrency] * concurrency))
         wall = time.perf_counter() - started
         batcher.stop()
-        out[mode] = {"throughput_rps": round(len(latencies) / wall, 1), "p50_ms": round(quantile(latencies, .5) * 1e3, 2),
+        out[mode] = {"throughput_rps": round(len(latencies) / wall, 1),
+                     "p50_ms": round(quantile(latencies, .5) * 1e3, 2),
                      "p99_ms": round(quantile(latencies, .99) * 1e3, 2)}
-    out["throughput_ratio_on_off"] = round(out["batching_on"]["throughput_rps"] / out["batching_off"]["throughput_rps"], 2)
+    out["throughput_ratio_on_off"] = round(out["batching_on"]["throughput_rps"]
+                                           / out["batching_off"]["throughput_rps"], 2)
     return {"device_ms": f"{batch_ms} + {record_ms} per record", **out}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description="loopback load against omni serve: batching on/off, HTTP overhead")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -239,48 +258,70 @@ def main() -> int:
     parser.add_argument("--sim-record-ms", type=float, default=0.5)
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads per server (two servers + the client share this machine)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_rounds(urls: dict[str, str], bodies: list[dict], concurrency: int,
+               round_requests: int) -> dict[str, tuple[list[float], Counter, float]]:
+    """Warm each server up, then send `bodies` in rounds whose ON / OFF order alternates.
+
+    Returns per mode (latencies, status counts, wall seconds), summed over the rounds.
+    """
+    data = {mode: ([], Counter(), 0.0) for mode in MODES}
+    for url in urls.values():
+        asyncio.run(run_load(url, bodies[: 2 * concurrency], concurrency))  # warm-up, not counted
+    step = max(concurrency, round_requests)
+    for n, start in enumerate(range(0, len(bodies), step)):
+        order = list(MODES) if n % 2 == 0 else list(reversed(MODES))
+        for mode in order:
+            latencies, statuses, wall = asyncio.run(run_load(urls[mode], bodies[start:start + step], concurrency))
+            total = data[mode]
+            data[mode] = (total[0] + latencies, total[1] + statuses, total[2] + wall)
+    return data
+
+
+def measure_servers(args: argparse.Namespace, bodies: list[dict], logs: Path) -> tuple[dict[str, dict], dict]:
+    """Start both servers, run the load rounds and the small-request overhead, stop them -> (per mode, overhead)."""
+    model_args = (["--model", args.model] if args.model else []) + ["--torch-threads", str(args.torch_threads)]
+    servers = {mode: start_server(model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()}
+    urls = {mode: url for mode, (_, url) in servers.items()}
+    try:
+        data = run_rounds(urls, bodies, args.concurrency, args.round_requests)
+        over = overhead(urls, args.model, SMALL, args.overhead_requests, args.torch_threads)
+    finally:
+        for proc, _ in servers.values():
+            stop_server(proc)
+    return {mode: summarize(*data[mode], args.concurrency) for mode in MODES}, over
+
+
+def summary(results: dict[str, dict], over: dict, simulated: dict) -> dict:
+    """The ratios on / off (load), HTTP / in-process (overhead) and on / off (batcher alone)."""
+    on, off = results["batching_on"], results["batching_off"]
+    return {"throughput_ratio_on_off": round(on["throughput_rps"] / off["throughput_rps"], 2),
+            "p50_ratio_on_off": round(on["p50_ms"] / off["p50_ms"], 2),
+            "p99_ratio_on_off": round(on["p99_ms"] / off["p99_ms"], 2),
+            "http_overhead_ratio_httpx": over["ratio_httpx"], "http_overhead_ratio_stdlib": over["ratio_stdlib"],
+            "http_overhead_ratio_stdlib_batching_on": over["ratio_stdlib_batching_on"],
+            "batcher_only_throughput_ratio_on_off": simulated["throughput_ratio_on_off"],
+            "loadavg_1m_after": round(os.getloadavg()[0], 2)}
+
+
+def main() -> int:
+    """Run the load, the overhead and the simulated batcher; print their JSON lines; 1 if any request failed."""
+    args = parse_args()
     mix = [m.strip() for m in args.mix.split(",") if m.strip()]
     bodies = request_bodies(mix, args.requests)
-    small = {"state": "Short ticket.", "questions": {"ok": {"type": "noul", "instructions": "Fine?"}}}
-    model_args = ["--model", args.model] if args.model else []
     env = {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
            "mix": mix, "model": args.model or "tiny default", "loadavg_1m": round(os.getloadavg()[0], 2)}
     print(json.dumps({"env": env}))
     logs = Path(tempfile.mkdtemp(prefix="omni-load-"))
-    model_args = model_args + ["--torch-threads", str(args.torch_threads)]
-    servers = {mode: start_server(model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()}
-    data = {mode: ([], Counter(), 0.0) for mode in MODES}
-    try:
-        for _, url in servers.values():
-            asyncio.run(run_load(url, bodies[: 2 * args.concurrency], args.concurrency))  # warm-up, not counted
-        step = max(args.concurrency, args.round_requests)
-        for n, start in enumerate(range(0, len(bodies), step)):
-            order = list(MODES) if n % 2 == 0 else list(reversed(MODES))
-            for mode in order:
-                latencies, statuses, wall = asyncio.run(run_load(servers[mode][1], bodies[start:start + step],
-                                                                 args.concurrency))
-                total = data[mode]
-                data[mode] = (total[0] + latencies, total[1] + statuses, total[2] + wall)
-        over = overhead({mode: url for mode, (_, url) in servers.items()}, args.model, small, args.overhead_requests,
-                        args.torch_threads)
-    finally:
-        for proc, _ in servers.values():
-            stop_server(proc)
-    results = {mode: summarize(*data[mode], args.concurrency) for mode in MODES}
+    results, over = measure_servers(args, bodies, logs)
     for mode, result in results.items():
         print(json.dumps({"mode": mode, **result}))
     print(json.dumps({"overhead_small_requests": over}))
     simulated = simulated_batcher(args.requests, args.concurrency, args.sim_batch_ms, args.sim_record_ms)
     print(json.dumps({"batcher_simulated_device": simulated}))
-    on, off = results["batching_on"], results["batching_off"]
-    summary = {"throughput_ratio_on_off": round(on["throughput_rps"] / off["throughput_rps"], 2),
-               "p50_ratio_on_off": round(on["p50_ms"] / off["p50_ms"], 2),
-               "p99_ratio_on_off": round(on["p99_ms"] / off["p99_ms"], 2),
-               "http_overhead_ratio_httpx": over["ratio_httpx"], "http_overhead_ratio_stdlib": over["ratio_stdlib"],
-               "http_overhead_ratio_stdlib_batching_on": over["ratio_stdlib_batching_on"],
-               "batcher_only_throughput_ratio_on_off": simulated["throughput_ratio_on_off"], "loadavg_1m_after": round(os.getloadavg()[0], 2)}
-    print(json.dumps({"summary": summary}))
+    print(json.dumps({"summary": summary(results, over, simulated)}))
     errors = {m: {s: c for s, c in r["statuses"].items() if s != 200} for m, r in results.items()}
     if any(errors.values()):
         print(json.dumps({"non_200": errors, "server_logs": str(logs)}))

@@ -18,8 +18,10 @@ alike; the headline is the best round (noise only ever adds time), the median is
 
 What it must not know: the answers' meaning (the weights are random, so only time is measured, never quality), the
 serving path (HTTP, admission, micro-batcher) and any real checkpoint. (a) and (b) go only through the public
-`DecisionEngine.decide`; only (c) and the stage breakdown reach into `engine.model` for pieces the engine has no
-public door to (the thinker with a cache, the lexical table, the head alone).
+`DecisionEngine.decide`; only (c), the stage breakdown and the bookkeeping outside the timing (token counts through
+`engine.model.prepare`, the loaded checkpoint's shapes) reach into `engine.model` for pieces the engine has no public
+door to (the thinker with a cache, the lexical table, the head alone). The workload and the MAC model live in
+`onepass_workload.py`, the JSON lines and tables in `onepass_report.py` (both beside this script).
 
     .venv/bin/python benchmarks/onepass.py [--counts 1,8,64] [--repeats 3] [--max-rounds 15] [--budget-s 10]
                                            [--threads 1] [--state-tokens 500] [--no-torch-profile]
@@ -29,21 +31,18 @@ About 3-5 minutes on a shared 2-core CPU, most of it the 64-question rounds (mos
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from onepass_report import emit, machine, print_tables, result_row
+from onepass_workload import AREAS, HEAD, JSON_INSTRUCTION, TEXT, build_state, json_answer, moderation_body, state_sweep
 from tqdm import tqdm
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
@@ -53,22 +52,10 @@ from omni.model.head import option_probabilities
 from omni.model.tiny import write_checkpoint
 from omni.serve.engine import DecisionEngine
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onepass_workload import (
-    AREAS,
-    HEAD,
-    JSON_INSTRUCTION,
-    REAL_TEXT,
-    TEXT,
-    build_state,
-    json_answer,
-    macs,
-    moderation_body,
-)
-
 
 # ------------------------------------------------------------------------------------------------- the three modes
 def joint(engine: DecisionEngine, request: DecisionRequest):
+    """(a): one `decide` with every question."""
     return engine.decide(request)
 
 
@@ -98,6 +85,7 @@ class JsonGenerator:
         self.instruction_ids = self.tokenizer(JSON_INSTRUCTION, add_special_tokens=False)["input_ids"]
 
     def prompt_ids(self, request: DecisionRequest) -> list[int]:
+        """The engine's prompt for `request` with its answer suffix replaced by the JSON instruction."""
         ids = self.encoder.encode(request).input_ids
         suffix = list(self.encoder.suffix_ids)
         assert ids[-len(suffix):] == suffix, "the reference prompt no longer ends with its suffix"
@@ -105,6 +93,7 @@ class JsonGenerator:
 
     @torch.inference_mode()
     def __call__(self, request: DecisionRequest, n_new: int) -> dict:
+        """Encode, prefill and decode `n_new` tokens -> token counts, ids, text and the three stage times in ms."""
         t0 = time.perf_counter()
         ids = self.prompt_ids(request)
         device = self.backbone.device
@@ -162,8 +151,9 @@ def torch_profile(engine: DecisionEngine, request: DecisionRequest, top: int = 8
     return [{"op": e.key, "self_ms": round(e.self_cpu_time_total / 1e3, 2), "calls": e.count} for e in events]
 
 
-# ---------------------------------------------------------------------------------------------------------- main
+# ------------------------------------------------------------------------------------------------------- timing
 def timed(fn, *args):
+    """Call `fn(*args)` -> (milliseconds it took, its result)."""
     started = time.perf_counter()
     result = fn(*args)
     return (time.perf_counter() - started) * 1e3, result
@@ -177,6 +167,7 @@ def engine_split(total_ms: float, decisions) -> dict[str, float]:
 
 
 def _cpu_times() -> tuple[int, int]:
+    """Jiffies since boot from /proc/stat: (all, idle + iowait)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return sum(fields), fields[3] + fields[4]                     # total, idle + iowait
 
@@ -199,28 +190,22 @@ def wait_for_quiet(max_wait_s: float, busy_limit: float = 0.3, sample_s: float =
             return waited
 
 
-def emit(record: dict) -> None:
-    tqdm.write(json.dumps(record, separators=(",", ":")), file=sys.stdout)
+class QuietWait:
+    """`wait_for_quiet` before each round, at most `per_wait_s` each time and `budget_s` over the whole run."""
+
+    def __init__(self, per_wait_s: float, budget_s: float):
+        self.per_wait_s = per_wait_s
+        self.left = budget_s
+
+    def __call__(self) -> float:
+        waited = wait_for_quiet(min(self.per_wait_s, self.left))
+        self.left -= waited
+        return waited
 
 
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import transformers
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "loadavg": [round(x, 2) for x in os.getloadavg()]}
-
-
-def main() -> None:
+# ------------------------------------------------------------------------------------------------------- setup
+def parse_args() -> tuple[argparse.Namespace, list[int]]:
+    """The command line -> (flags, question counts); exits with a usage error on bad values."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="1,8,64", help="question counts, comma-separated")
     parser.add_argument("--repeats", type=int, default=3,
@@ -245,180 +230,183 @@ def main() -> None:
         parser.error("--repeats must be at least 3")
     if min(counts) < 1 or max(counts) > 4 * len(AREAS):
         parser.error(f"question counts must lie in 1..{4 * len(AREAS)}")
+    return args, counts
+
+
+def load_engine(tmp: Path, seed: int, started: float) -> DecisionEngine:
+    """Write the random checkpoint into `tmp`, load an engine on it, check its shapes and emit them."""
+    directory = write_checkpoint(tmp / "ckpt", seed=seed, text=TEXT, head=HEAD)
+    engine = DecisionEngine(EngineConfig(model_path=str(directory), max_context_tokens=64_000)).load()
+    text_config = engine.model.backbone.thinker.config.text_config
+    loaded = {k: getattr(text_config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                   "num_key_value_heads", "head_dim", "num_experts",
+                                                   "num_experts_per_tok", "moe_intermediate_size", "vocab_size")}
+    loaded["mrope_section"] = text_config.rope_parameters["mrope_section"]
+    head = engine.model.head
+    loaded_head = {"width": head.width, "routing_layers": len(head.evidence_layers), "layers": len(head.layers)}
+    assert all(loaded[k] == v for k, v in TEXT.items() if k in loaded), (loaded, TEXT)
+    assert loaded_head["width"] == HEAD["width"] and loaded_head["layers"] == HEAD["layers"]
+    emit({"event": "checkpoint", "backbone": loaded, "head": loaded_head,
+          "parameters_m": round(sum(p.numel() for p in engine.model.backbone.thinker.model.language_model
+                                    .parameters()) / 1e6, 2),
+          "setup_s": round(time.perf_counter() - started, 2)})
+    return engine
+
+
+@dataclass
+class Setup:
+    """What every count shares: the moderation state, the largest request, and the (c) generator."""
+
+    state: dict
+    state_tokens: int
+    full: DecisionRequest
+    generator: JsonGenerator
+
+    def request(self, n: int) -> DecisionRequest:
+        """The joint request: the same state with the first `n` questions."""
+        return DecisionRequest(state=self.state, questions=self.full.questions[:n], model=self.full.model)
+
+
+def build_setup(engine: DecisionEngine, state_tokens: int, most: int) -> Setup:
+    """Build the ~`state_tokens` state and the request with `most` questions; emit the workload line."""
+    state, state_tokens = build_state(engine.model.parts.tokenizer, state_tokens)
+    full = parse_request({**moderation_body(most), "state": state}, engine.config)
+    generator = JsonGenerator(engine)
+    emit({"event": "workload", "state_tokens": state_tokens, "messages": len(state["messages"]),
+          "question_types": {t: sum(q.type == t for q in full.questions) for t in ("noul", "choice", "score")}})
+    return Setup(state, state_tokens, full, generator)
+
+
+def warm_up(engine: DecisionEngine, setup: Setup, counts: list[int]) -> None:
+    """Every mode once on the smallest and largest request (allocator, sdpa and MoE paths); nothing is kept."""
+    for n in sorted({min(counts), max(counts)}):
+        request = setup.request(n)
+        joint(engine, request)
+        split(engine, [setup.request(1)])
+        setup.generator(request, 8)
+
+
+# --------------------------------------------------------------------------------------------------- one count
+@dataclass
+class Workload:
+    """One count's requests (joint and one per question) and each mode's token counts, built outside the timing."""
+
+    request: DecisionRequest
+    singles: list[DecisionRequest]
+    answer_text: str
+    n_new: int
+    tokens_a: int
+    tokens_b: list[int]
+    tokens_c: int
+
+
+def count_workload(engine: DecisionEngine, setup: Setup, n: int) -> Workload:
+    """The requests and token counts of (a), (b) and (c) for `n` questions."""
+    request = setup.request(n)
+    singles = [DecisionRequest(state=setup.state, questions=(q,), model=setup.full.model) for q in request.questions]
+    answer_text = json_answer(request.questions)
+    tokenizer = engine.model.parts.tokenizer
+    n_new = len(tokenizer(answer_text, add_special_tokens=False)["input_ids"]) + 1   # + <|im_end|>
+    return Workload(request=request, singles=singles, answer_text=answer_text, n_new=n_new,
+                    tokens_a=engine.model.prepare(request).num_tokens,
+                    tokens_b=[engine.model.prepare(r).num_tokens for r in singles],
+                    tokens_c=len(setup.generator.prompt_ids(request)))
+
+
+@dataclass
+class Rounds:
+    """The timed rounds of one count: ms per mode, (c)'s stage times, (b)'s per-pass ms, the engine's splits."""
+
+    load_before: float
+    times: dict[str, list[float]]
+    gen: list[dict]
+    per_pass: list[list[float]]
+    split_a: list[dict[str, float]]
+    split_b: list[dict[str, float]]
+    waited: float = 0.0
+
+
+def run_rounds(engine: DecisionEngine, generator: JsonGenerator, work: Workload, args: argparse.Namespace,
+               quiet: QuietWait) -> Rounds:
+    """Rounds interleaving a, b, c: at least --repeats of them, more while this count is under --budget-s."""
+    rounds = Rounds(load_before=os.getloadavg()[0], times={"a": [], "b": [], "c": []}, gen=[], per_pass=[],
+                    split_a=[], split_b=[])
+    times = rounds.times
+    count_started = time.perf_counter()
+    progress = tqdm(desc=f"{len(work.request.questions):>2} questions", unit="round", file=sys.stderr, leave=False,
+                    total=args.max_rounds)
+    while len(times["a"]) < args.repeats or (len(times["a"]) < args.max_rounds
+                                              and time.perf_counter() - count_started < args.budget_s):
+        rounds.waited += quiet()
+        ms, decision = timed(joint, engine, work.request)
+        times["a"].append(ms)
+        rounds.split_a.append(engine_split(ms, [decision]))
+        rounds.per_pass.append([])
+        ms, decisions = timed(split, engine, work.singles, rounds.per_pass[-1])
+        times["b"].append(ms)
+        rounds.split_b.append(engine_split(ms, decisions))
+        started_c = time.perf_counter()
+        rounds.gen.append(generator(work.request, work.n_new))
+        times["c"].append((time.perf_counter() - started_c) * 1e3)
+        progress.update()
+        progress.set_postfix(a=f"{min(times['a']):.0f}ms", b=f"{min(times['b']):.0f}ms", c=f"{min(times['c']):.0f}ms")
+    progress.close()
+    return rounds
+
+
+def stage_breakdown(engine: DecisionEngine, work: Workload, runs: int,
+                    quiet: QuietWait) -> tuple[list[dict], list[dict]]:
+    """`runs` untimed staged runs after the timed rounds -> (stages of (a), summed stages of (b)) per run."""
+    stages_a, stages_b = [], []
+    for _ in range(runs):
+        quiet()
+        stages_a.append(staged_decide(engine, work.request))
+        per_q = [staged_decide(engine, r) for r in work.singles]
+        stages_b.append({k: sum(x[k] for x in per_q) for k in per_q[0]})
+    return stages_a, stages_b
+
+
+def measure_count(engine: DecisionEngine, setup: Setup, n: int, args: argparse.Namespace,
+                  quiet: QuietWait) -> dict:
+    """Time (a), (b), (c) for `n` questions, break them into stages, emit the result line and return it."""
+    work = count_workload(engine, setup, n)
+    rounds = run_rounds(engine, setup.generator, work, args, quiet)
+    stages_a, stages_b = stage_breakdown(engine, work, args.breakdown_runs, quiet)
+    schema_chars = sum(len(text) for q in work.request.questions
+                       for _, text in engine.model.prompt_encoder.schema_segments((q,)))
+    row = result_row(work, rounds, stages_a, stages_b, schema_chars,
+                     engine.model.backbone.thinker.config.text_config.vocab_size)
+    emit(row)
+    return {**row, "_tokens_b": work.tokens_b}
+
+
+# ---------------------------------------------------------------------------------------------------------- main
+def main() -> None:
+    """Load the random checkpoint, measure every count, emit the JSON lines, then print the tables."""
+    args, counts = parse_args()
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
     info = machine()
     emit({"event": "machine", **info})
-    quiet_left = [args.quiet_budget_s]
-
-    def quiet() -> float:
-        waited = wait_for_quiet(min(args.quiet_wait_s, quiet_left[0]))
-        quiet_left[0] -= waited
-        return waited
+    quiet = QuietWait(args.quiet_wait_s, args.quiet_budget_s)
 
     with tempfile.TemporaryDirectory(prefix="onepass-") as tmp:
         started = time.perf_counter()
-        directory = write_checkpoint(Path(tmp) / "ckpt", seed=args.seed, text=TEXT, head=HEAD)
-        engine = DecisionEngine(EngineConfig(model_path=str(directory), max_context_tokens=64_000)).load()
-        text_config = engine.model.backbone.thinker.config.text_config
-        loaded = {k: getattr(text_config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                       "num_key_value_heads", "head_dim", "num_experts",
-                                                       "num_experts_per_tok", "moe_intermediate_size", "vocab_size")}
-        loaded["mrope_section"] = text_config.rope_parameters["mrope_section"]
-        head = engine.model.head
-        loaded_head = {"width": head.width, "routing_layers": len(head.evidence_layers), "layers": len(head.layers)}
-        assert all(loaded[k] == v for k, v in TEXT.items() if k in loaded), (loaded, TEXT)
-        assert loaded_head["width"] == HEAD["width"] and loaded_head["layers"] == HEAD["layers"]
-        emit({"event": "checkpoint", "backbone": loaded, "head": loaded_head,
-              "parameters_m": round(sum(p.numel() for p in engine.model.backbone.thinker.model.language_model
-                                        .parameters()) / 1e6, 2),
-              "setup_s": round(time.perf_counter() - started, 2)})
-
-        tokenizer = engine.model.parts.tokenizer
-        state, state_tokens = build_state(tokenizer, args.state_tokens)
-        full = parse_request({**moderation_body(max(counts)), "state": state}, engine.config)
-        generator = JsonGenerator(engine)
-        emit({"event": "workload", "state_tokens": state_tokens, "messages": len(state["messages"]),
-              "question_types": {t: sum(q.type == t for q in full.questions) for t in ("noul", "choice", "score")}})
-
-        # warm-up: every mode once on the smallest and largest request (allocator, sdpa and MoE paths)
-        for n in sorted({min(counts), max(counts)}):
-            request = DecisionRequest(state=state, questions=full.questions[:n], model=full.model)
-            joint(engine, request)
-            split(engine, [DecisionRequest(state=state, questions=full.questions[:1], model=full.model)])
-            generator(request, 8)
-
-        rows = []
-        for n in counts:
-            request = DecisionRequest(state=state, questions=full.questions[:n], model=full.model)
-            singles = [DecisionRequest(state=state, questions=(q,), model=full.model) for q in request.questions]
-            answer_text = json_answer(request.questions)
-            n_new = len(tokenizer(answer_text, add_special_tokens=False)["input_ids"]) + 1   # + <|im_end|>
-            tokens_a = engine.model.prepare(request).num_tokens
-            tokens_b = [engine.model.prepare(r).num_tokens for r in singles]
-            tokens_c = len(generator.prompt_ids(request))
-            load_before = os.getloadavg()[0]
-            times: dict[str, list[float]] = {"a": [], "b": [], "c": []}
-            gen, per_pass, waited = [], [], 0.0
-            split_a, split_b = [], []
-            count_started = time.perf_counter()
-            progress = tqdm(desc=f"{n:>2} questions", unit="round", file=sys.stderr, leave=False,
-                            total=args.max_rounds)
-            # rounds interleave a, b, c; at least --repeats of them, more while this count is under --budget-s
-            while len(times["a"]) < args.repeats or (len(times["a"]) < args.max_rounds
-                                                      and time.perf_counter() - count_started < args.budget_s):
-                waited += quiet()
-                ms, decision = timed(joint, engine, request)
-                times["a"].append(ms)
-                split_a.append(engine_split(ms, [decision]))
-                per_pass.append([])
-                ms, decisions = timed(split, engine, singles, per_pass[-1])
-                times["b"].append(ms)
-                split_b.append(engine_split(ms, decisions))
-                started_c = time.perf_counter()
-                gen.append(generator(request, n_new))
-                times["c"].append((time.perf_counter() - started_c) * 1e3)
-                progress.update()
-                progress.set_postfix(a=f"{min(times['a']):.0f}ms", b=f"{min(times['b']):.0f}ms",
-                                     c=f"{min(times['c']):.0f}ms")
-            progress.close()
-            stages_a, stages_b = [], []
-            for _ in range(args.breakdown_runs):              # stage breakdown, after the timed rounds
-                quiet()
-                stages_a.append(staged_decide(engine, request))
-                per_q = [staged_decide(engine, r) for r in singles]
-                stages_b.append({k: sum(x[k] for x in per_q) for k in per_q[0]})
-            median = {k: statistics.median(v) for k, v in times.items()}
-            best = {k: min(v) for k, v in times.items()}
-            b_sum_of_min = sum(min(run[i] for run in per_pass) for i in range(n))   # each pass at its best
-            lowest = lambda runs, key: round(min(r[key] for r in runs), 2)
-            row = {
-                "event": "result", "questions": n, "rounds": len(times["a"]),
-                "tokens": {"a": tokens_a, "b_total": sum(tokens_b), "b_mean": round(sum(tokens_b) / n, 1),
-                           "c_prompt": tokens_c, "c_new": n_new},
-                "ms_best": {k: round(v, 1) for k, v in best.items()},
-                "ms_median": {k: round(v, 1) for k, v in median.items()},
-                "ms_all": {k: [round(x, 1) for x in v] for k, v in times.items()},
-                "ratio_best": {"b/a": round(best["b"] / best["a"], 2), "c/a": round(best["c"] / best["a"], 2)},
-                "ratio_median": {"b/a": round(median["b"] / median["a"], 2),
-                                 "c/a": round(median["c"] / median["a"], 2)},
-                "b_sum_of_per_pass_best_ms": round(b_sum_of_min, 1),
-                "ratio_b_sum_of_per_pass_best/a_best": round(b_sum_of_min / best["a"], 2),
-                "token_ratio_b/a": round(sum(tokens_b) / tokens_a, 2),
-                "best_round_a_ms": {k: round(v, 1) for k, v in min(split_a, key=lambda x: x["total"]).items()},
-                "best_round_b_ms": {k: round(v, 1) for k, v in min(split_b, key=lambda x: x["total"]).items()},
-                "best_round_c_ms": {k: round(v, 1) for k, v in min(gen, key=lambda g: g["encode_ms"] + g["prefill_ms"]
-                                                                   + g["decode_ms"]).items()
-                                    if k.endswith("_ms")},
-                "stages_a_ms_min": {k: lowest(stages_a, k) for k in ("prepare", "backbone", "head", "answers")},
-                "stages_b_ms_min": {k: lowest(stages_b, k) for k in ("prepare", "backbone", "head", "answers")},
-                "stages_c_ms_min": {"encode": lowest(gen, "encode_ms"), "prefill": lowest(gen, "prefill_ms"),
-                                    "decode": lowest(gen, "decode_ms"),
-                                    "per_token": round(min(g["decode_ms"] for g in gen) / max(1, n_new - 1), 3)},
-                "json_answer_chars": len(answer_text),
-                "schema_chars_per_question": round(sum(len(text) for q in request.questions for _, text in
-                                                       engine.model.prompt_encoder.schema_segments((q,))) / n),
-                "mac_model": {"this_checkpoint": macs(TEXT | {"vocab_size": text_config.vocab_size}, tokens_a,
-                                                      tokens_b, tokens_c, n_new),
-                              "qwen3_omni_30b_a3b_same_tokens": macs(REAL_TEXT, tokens_a, tokens_b, tokens_c, n_new)},
-                "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-                "waited_for_quiet_s": round(waited, 1),
-            }
-            emit(row)
-            rows.append({**row, "_tokens_b": tokens_b})
-
-        # what-if, arithmetic only: the largest count's prompts with a longer state (e.g. media), both shapes
-        last = rows[-1]
-        sweep = []
-        for state_size in (500, 2000, 8000, 32000):
-            grow = state_size - state_tokens
-            b_tokens = [t + grow for t in last["_tokens_b"]]
-            sweep.append({"state_tokens": state_size, "tokens_a": last["tokens"]["a"] + grow,
-                          "this_checkpoint": macs(TEXT | {"vocab_size": text_config.vocab_size},
-                                                  last["tokens"]["a"] + grow, b_tokens,
-                                                  last["tokens"]["c_prompt"] + grow, last["tokens"]["c_new"]),
-                          "qwen3_omni_30b_a3b": macs(REAL_TEXT, last["tokens"]["a"] + grow, b_tokens,
-                                                     last["tokens"]["c_prompt"] + grow, last["tokens"]["c_new"])})
-        emit({"event": "mac_model_state_sweep", "questions": last["questions"], "rows": sweep})
-
+        engine = load_engine(Path(tmp), args.seed, started)
+        setup = build_setup(engine, args.state_tokens, max(counts))
+        warm_up(engine, setup, counts)
+        rows = [measure_count(engine, setup, n, args, quiet) for n in counts]
+        vocab_size = engine.model.backbone.thinker.config.text_config.vocab_size
+        emit({"event": "mac_model_state_sweep", "questions": rows[-1]["questions"],
+              "rows": state_sweep(rows[-1], setup.state_tokens, vocab_size)})
         if not args.no_torch_profile:
-            request = DecisionRequest(state=state, questions=full.questions[:max(counts)], model=full.model)
-            emit({"event": "torch_profile", "questions": max(counts), "top_self_cpu": torch_profile(engine, request)})
+            emit({"event": "torch_profile", "questions": max(counts),
+                  "top_self_cpu": torch_profile(engine, setup.request(max(counts)))})
         emit({"event": "done", "loadavg": [round(x, 2) for x in os.getloadavg()],
               "total_s": round(time.perf_counter() - started, 1)})
 
-    print()
-    print(f"onepass — {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['torch_threads']} threads), "
-          f"transformers {info['transformers']}, {info['date']}; state {state_tokens} tokens; "
-          "best of the rounds (median in brackets)")
-    print()
-    print("| questions | rounds | tokens (a) | tokens (b), all passes | prompt + new tokens (c) | (a) joint ms "
-          "| (b) split ms | (c) json ms | (b)/(a) | (c)/(a) | token ratio (b)/(a) | MAC model (b)/(a), (c)/(a) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        m, b, q, rm, rb = r["ms_median"], r["ms_best"], r["tokens"], r["ratio_median"], r["ratio_best"]
-        mac = r["mac_model"]["this_checkpoint"]
-        print(f"| {r['questions']} | {r['rounds']} | {q['a']} | {q['b_total']} | {q['c_prompt']} + {q['c_new']} "
-              f"| {b['a']:.0f} ({m['a']:.0f}) | {b['b']:.0f} ({m['b']:.0f}) | {b['c']:.0f} ({m['c']:.0f}) "
-              f"| {rb['b/a']:.1f}× ({rm['b/a']:.1f}×) | {rb['c/a']:.1f}× ({rm['c/a']:.1f}×) "
-              f"| {r['token_ratio_b/a']:.1f}× | {mac['b/a']:.2f}×, {mac['c/a']:.2f}× |")
-    print()
-    print("where the time goes, ms, in each mode's best round (engine timings: encode = prompt + media, forward = "
-          f"backbone + head + softmax, other = the rest); head share of backbone + head from {args.breakdown_runs} "
-          "separate staged runs (minimum)")
-    print()
-    print("| questions | (a) encode | (a) forward | (a) other | (b) Σ encode | (b) Σ forward | (b) Σ other "
-          "| (c) encode | (c) prefill | (c) decode | (c) ms/token | head share (a), (b) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        ba, bb, bc = r["best_round_a_ms"], r["best_round_b_ms"], r["best_round_c_ms"]
-        sa, sb = r["stages_a_ms_min"], r["stages_b_ms_min"]
-        share = lambda st: st["head"] / (st["head"] + st["backbone"])
-        print(f"| {r['questions']} | {ba['encode']:.1f} | {ba['forward']:.1f} | {ba['other']:.1f} "
-              f"| {bb['encode']:.1f} | {bb['forward']:.1f} | {bb['other']:.1f} "
-              f"| {bc['encode_ms']:.1f} | {bc['prefill_ms']:.1f} | {bc['decode_ms']:.1f} "
-              f"| {bc['decode_ms'] / max(1, r['tokens']['c_new'] - 1):.2f} | {share(sa):.0%}, {share(sb):.0%} |")
+    print_tables(info, setup.state_tokens, rows, args.breakdown_runs)
 
 
 if __name__ == "__main__":

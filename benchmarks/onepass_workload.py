@@ -1,5 +1,6 @@
 """onepass workload: the small random checkpoint's shapes, a ~500-token moderation state, 1–64 typed questions,
-the JSON answer a generator would have to write, and an arithmetic cost model (MACs) for (a) / (b) / (c).
+the JSON answer a generator would have to write, and an arithmetic cost model (MACs) for (a) / (b) / (c), also
+swept over longer states.
 
 Used by `benchmarks/onepass.py`; knows nothing of timing or reporting.
 """
@@ -140,3 +141,22 @@ def macs(shape: dict, tokens_a: int, tokens_b: list[int], tokens_c: int, new_c: 
     c = prefill(tokens_c) + lm + sum(per_token + layers * 2 * q * (tokens_c + s) + lm for s in range(1, new_c))
     return {"b/a": round(b / a, 2), "c/a": round(c / a, 2), "attention_share_a": round(
         layers * q * tokens_a * (tokens_a + 1) / a, 2)}
+
+
+def state_sweep(last: dict, state_tokens: int, vocab_size: int) -> list[dict]:
+    """What-if, arithmetic only: the MAC model of `last` (a result row) with a longer state (e.g. media), both shapes.
+
+    `last` needs "tokens" ({"a", "c_prompt", "c_new"}) and "_tokens_b" (each split pass's prompt length); every
+    prompt grows by the same number of state tokens.
+    """
+    sweep = []
+    for state_size in (500, 2000, 8000, 32000):
+        grow = state_size - state_tokens
+        b_tokens = [t + grow for t in last["_tokens_b"]]
+        sweep.append({"state_tokens": state_size, "tokens_a": last["tokens"]["a"] + grow,
+                      "this_checkpoint": macs(TEXT | {"vocab_size": vocab_size},
+                                              last["tokens"]["a"] + grow, b_tokens,
+                                              last["tokens"]["c_prompt"] + grow, last["tokens"]["c_new"]),
+                      "qwen3_omni_30b_a3b": macs(REAL_TEXT, last["tokens"]["a"] + grow, b_tokens,
+                                                 last["tokens"]["c_prompt"] + grow, last["tokens"]["c_new"])})
+    return sweep

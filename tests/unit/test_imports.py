@@ -1,6 +1,6 @@
 """Layering: imports go one way (api.cli -> api.http -> omni.serve | omni.learn -> omni.model -> omni.contract ->
 preprocess), nothing below api/ imports the web stack or the network, only api/http/settings.py reads the
-environment."""
+environment, and benchmarks import the installed package."""
 from __future__ import annotations
 
 import ast
@@ -87,3 +87,10 @@ def reads_environment(path: Path) -> bool:
 def test_only_api_http_settings_reads_the_environment():
     readers = {str(p.relative_to(ROOT)) for p in PACKAGE_FILES if reads_environment(p)}
     assert readers <= {"api/http/settings.py"}, readers
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks").glob("*.py")), ids=lambda p: p.name)
+def test_benchmarks_import_the_installed_package(path):
+    """No sys.path edits, and no script named like a package (its folder comes first on sys.path when it runs)."""
+    assert "sys.path" not in path.read_text(encoding="utf-8")
+    assert path.stem not in {"omni", "preprocess", "api", "fixtures", "tests"}

@@ -1,4 +1,4 @@
-"""preprocess: a 21 s 1280x720 25 fps H.264 clip with 48 kHz stereo AAC, from bytes to model-ready tensors.
+"""preprocessing: a 21 s 1280x720 25 fps H.264 clip with 48 kHz stereo AAC, from bytes to model-ready tensors.
 
 Our path (`preprocess.video.decode_video` -> `preprocess.processor.encode_media`: one PyAV demux pass for frames
 and soundtrack, one swscale resize per kept frame, numpy patchify, Whisper features, placeholder ids) is timed
@@ -15,8 +15,10 @@ the same clip also goes, in a subprocess with that interpreter, through
 and the ratios ref/ours, token counts and the agreement of our tensors with (1) are printed, measured in this run.
 
 Knows nothing of the decision core beyond `omni.model.tiny.build_tokenizer` (a tokenizer for the reference processor).
+(Named `preprocessing.py`, not `preprocess.py`: run as a script, this folder comes first on the import path, and a
+`preprocess.py` here would hide the `preprocess` package from every script in it.)
 
-    .venv/bin/python benchmarks/preprocess.py [--rounds 3] [--seconds 21] [--ref-python /work/refenv/bin/python]
+    .venv/bin/python benchmarks/preprocessing.py [--rounds 3] [--seconds 21] [--ref-python /work/refenv/bin/python]
 """
 from __future__ import annotations
 
@@ -27,13 +29,10 @@ import platform
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
@@ -48,6 +47,7 @@ IDS = PlaceholderIds(image_pad=1012, video_pad=1013, audio_pad=1032, vision_star
 
 
 def processors():
+    """The Qwen3-Omni image processor and Whisper feature extractor, configured as the checkpoint's."""
     from transformers import Qwen2VLImageProcessorPil, WhisperFeatureExtractor
 
     image = Qwen2VLImageProcessorPil(patch_size=16, temporal_patch_size=2, merge_size=2, min_pixels=3136,
@@ -59,6 +59,7 @@ def processors():
 
 def our_path(data: bytes, image_processor, feature_extractor, ids: PlaceholderIds,
              policy: VideoFramePolicy = VideoFramePolicy()):
+    """Clip bytes -> (encoded media, {decode_s, encode_s, total_s}): decode_video, then encode_media."""
     started = time.perf_counter()
     video = decode_video(MediaItem("videos", 0, data), policy=policy)
     decoded = time.perf_counter()
@@ -69,6 +70,7 @@ def our_path(data: bytes, image_processor, feature_extractor, ids: PlaceholderId
 
 
 def measure_memory(data, image_processor, feature_extractor, policy) -> dict:
+    """One untimed run of our path: max RSS growth, tracemalloc peak and output tensor size, in MiB."""
     rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
     encoded, _ = our_path(data, image_processor, feature_extractor, IDS, policy)
@@ -85,7 +87,6 @@ import io, json, math, sys, time
 import av, numpy as np, torch
 from transformers import (AutoTokenizer, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, Qwen3OmniMoeProcessor,
                           WhisperFeatureExtractor)
-from tests.media_items import media_item
 clip_path, tokenizer_dir, out_dir, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(2)
 tok = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
@@ -170,6 +171,7 @@ def run_reference_round(ref_python: str, tmp: Path) -> tuple[dict, dict]:
 
 
 def agreement(clef: dict, our_encoded) -> dict:
+    """How close our tensors are to the Clef reference chain's: pixels, log-mel, placeholder ids."""
     ours = our_encoded.tensors
     result = {}
     if tuple(clef["pixel_values_videos"].shape) == tuple(ours["pixel_values_videos"].shape):
@@ -185,11 +187,13 @@ def agreement(clef: dict, our_encoded) -> dict:
 
 
 def summarize(rounds: list[dict]) -> dict:
+    """Per timed stage over the rounds: {"best": min, "median": median}."""
     return {key: {"best": min(r[key] for r in rounds), "median": statistics.median(r[key] for r in rounds)}
             for key in rounds[0]}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=21.0)
@@ -197,24 +201,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--interpolation", default=VideoFramePolicy().interpolation,
                         help="swscale filter of the one frame resize (BICUBIC, BILINEAR, AREA, ...)")
-    args = parser.parse_args()
-    policy = VideoFramePolicy(interpolation=args.interpolation)
-    torch.set_num_threads(args.threads)
+    return parser.parse_args()
 
+
+def make_clip(seconds: float) -> bytes:
+    """The 1280x720 25 fps H.264 + 48 kHz stereo AAC clip, `seconds` long; prints its "clip" line."""
     started = time.perf_counter()
-    clip = fm.video_bytes(seconds=args.seconds, width=1280, height=720, fps=25, audio_rate_hz=48000, audio_channels=2)
-    print(json.dumps({"event": "clip", "bytes": len(clip), "seconds": args.seconds, "size": "1280x720", "fps": 25,
+    clip = fm.video_bytes(seconds=seconds, width=1280, height=720, fps=25, audio_rate_hz=48000, audio_channels=2)
+    print(json.dumps({"event": "clip", "bytes": len(clip), "seconds": seconds, "size": "1280x720", "fps": 25,
                       "audio": "AAC 48 kHz stereo", "generate_s": round(time.perf_counter() - started, 2)}))
-    image_processor, feature_extractor = processors()
-    ids = IDS
-    tokenizer = None
-    if args.ref_python:
-        from omni.model.tiny import build_tokenizer
+    return clip
 
-        tokenizer = build_tokenizer()
-        ids = PlaceholderIds.from_tokenizer(tokenizer)
 
-    memory = measure_memory(clip, image_processor, feature_extractor, policy)  # also the warm-up round
+def placeholder_ids(ref_python: str | None):
+    """-> (placeholder ids, tokenizer): the tiny tokenizer's with --ref-python (the reference needs one), else IDS."""
+    if not ref_python:
+        return IDS, None
+    from omni.model.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    return PlaceholderIds.from_tokenizer(tokenizer), tokenizer
+
+
+def run_rounds(args: argparse.Namespace, clip: bytes, image_processor, feature_extractor, ids: PlaceholderIds,
+               tokenizer, policy: VideoFramePolicy):
+    """--rounds rounds of our path, each followed by one reference round with --ref-python (interleaved, so load
+    from other processes hits both sides alike) -> (last encoded media, our times, reference rounds)."""
     rounds, reference_rounds = [], []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -222,13 +234,17 @@ def main() -> None:
             (tmp / "clip.mp4").write_bytes(clip)
             tokenizer.save_pretrained(tmp / "tokenizer")
             (tmp / "ref.py").write_text(REF_SCRIPT)
-        for _ in range(args.rounds):  # interleaved, so load from other processes hits both sides alike
+        for _ in range(args.rounds):
             encoded, times = our_path(clip, image_processor, feature_extractor, ids, policy)
             rounds.append(times)
             print(json.dumps({"event": "ours", **{k: round(v, 3) for k, v in times.items()}}))
             if args.ref_python:
                 reference_rounds.append(run_reference_round(args.ref_python, tmp))
-    ours = summarize(rounds)
+    return encoded, rounds, reference_rounds
+
+
+def print_ours(args: argparse.Namespace, ours: dict, memory: dict, encoded) -> None:
+    """The "summary" JSON line and the one-line headline of our path."""
     grid = encoded.tensors["video_grid_thw"].tolist()
     report = {"event": "summary", "python": platform.python_version(), "threads": args.threads,
               "interpolation": args.interpolation,
@@ -242,20 +258,40 @@ def main() -> None:
           f"tokens {encoded.tokens_by_modality}; max RSS growth {memory['max_rss_growth_mib']:.0f} MiB, "
           f"tracemalloc peak {memory['tracemalloc_peak_mib']:.0f} MiB, output tensors "
           f"{memory['output_tensors_mib']:.0f} MiB")
+
+
+def print_reference(ours: dict, reference_rounds: list[tuple[dict, dict]], encoded) -> None:
+    """Per reference chain its JSON line and headline (ratios ref / ours), then the agreement with the Clef one."""
+    best, median = ours["total_s"]["best"], ours["total_s"]["median"]
+    for name in ("clef_reference", "cookbook"):
+        info = reference_rounds[-1][0][name]
+        ref = summarize([r[0][name]["rounds"][0] for r in reference_rounds])
+        print(json.dumps({"event": name, **{k: v for k, v in info.items() if k != "rounds"}, "times": ref,
+                          "ratio_ref_over_ours_best": ref["total_s"]["best"] / best,
+                          "ratio_ref_over_ours_median": ref["total_s"]["median"] / median}))
+        print(f"{name}: {ref['total_s']['best']:.3f} s best (decode {ref['decode_s']['best']:.3f} + process "
+              f"{ref['process_s']['best']:.3f}) = {ref['total_s']['best'] / best:.1f}x ours (median "
+              f"{ref['total_s']['median'] / median:.1f}x); grid {info['video_grid_thw']}, spg "
+              f"{info['video_second_per_grid']}, {info['video_tokens']} video + {info['audio_tokens']} audio "
+              f"tokens, L={info['sequence_length']}")
+    print(json.dumps({"event": "agreement_with_clef_reference", **agreement(reference_rounds[-1][1], encoded)}))
+
+
+def main() -> None:
+    """Make the clip, measure memory, run the interleaved rounds, print our figures and the reference's."""
+    args = parse_args()
+    policy = VideoFramePolicy(interpolation=args.interpolation)
+    torch.set_num_threads(args.threads)
+    clip = make_clip(args.seconds)
+    image_processor, feature_extractor = processors()
+    ids, tokenizer = placeholder_ids(args.ref_python)
+    memory = measure_memory(clip, image_processor, feature_extractor, policy)  # also the warm-up round
+    encoded, rounds, reference_rounds = run_rounds(args, clip, image_processor, feature_extractor, ids, tokenizer,
+                                                   policy)
+    ours = summarize(rounds)
+    print_ours(args, ours, memory, encoded)
     if args.ref_python:
-        best, median = ours["total_s"]["best"], ours["total_s"]["median"]
-        for name in ("clef_reference", "cookbook"):
-            info = reference_rounds[-1][0][name]
-            ref = summarize([r[0][name]["rounds"][0] for r in reference_rounds])
-            print(json.dumps({"event": name, **{k: v for k, v in info.items() if k != "rounds"}, "times": ref,
-                              "ratio_ref_over_ours_best": ref["total_s"]["best"] / best,
-                              "ratio_ref_over_ours_median": ref["total_s"]["median"] / median}))
-            print(f"{name}: {ref['total_s']['best']:.3f} s best (decode {ref['decode_s']['best']:.3f} + process "
-                  f"{ref['process_s']['best']:.3f}) = {ref['total_s']['best'] / best:.1f}x ours (median "
-                  f"{ref['total_s']['median'] / median:.1f}x); grid {info['video_grid_thw']}, spg "
-                  f"{info['video_second_per_grid']}, {info['video_tokens']} video + {info['audio_tokens']} audio "
-                  f"tokens, L={info['sequence_length']}")
-        print(json.dumps({"event": "agreement_with_clef_reference", **agreement(reference_rounds[-1][1], encoded)}))
+        print_reference(ours, reference_rounds, encoded)
 
 
 if __name__ == "__main__":
