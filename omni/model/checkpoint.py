@@ -47,11 +47,9 @@ class CheckpointSource:
     release_date: str            # YYYY-MM-DD
 
 
-def locate_checkpoint(model_path: str | None, cache_dir: str | None = None) -> CheckpointSource:
-    """The checkpoint for `model_path` (a directory or hub id; None = the embedded default), its files checked."""
-    directory = embedded_default(cache_dir) if model_path is None else resolve_checkpoint_dir(model_path)
-    check_checkpoint_files(directory)
-    return CheckpointSource(directory, model_path is None, release_date(directory))
+def locate_checkpoint(model_path: str | None, cache_dir: str | None = None) -> Path:
+    """The directory for `model_path`: a local directory, a hub id's snapshot, or (None) the embedded default."""
+    return embedded_default(cache_dir) if model_path is None else resolve_checkpoint_dir(model_path)
 
 
 def resolve_checkpoint_dir(path_or_hub_id: str) -> Path:

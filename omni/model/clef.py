@@ -66,22 +66,23 @@ class ClefModel:
     @classmethod
     def from_config(cls, config: EngineConfig) -> ClefModel:
         """The model `config` names (None = the embedded default), loaded strictly; calibrated when asked."""
-        source = locate_checkpoint(config.model_path, config.cache_dir)
-        model = cls.load(source.directory, dtype=config.dtype, device=config.device, head_dtype=config.head_dtype,
+        directory = locate_checkpoint(config.model_path, config.cache_dir)
+        model = cls.load(directory, dtype=config.dtype, device=config.device, head_dtype=config.head_dtype,
                          attn_implementation=config.attn_implementation, max_context_tokens=config.max_context_tokens,
-                         media_limits=config.media, source=source)
+                         media_limits=config.media, tiny_default=config.model_path is None)
         if config.calibration:
             from omni.model.calibration import load_calibration
 
-            model.calibration = load_calibration(source.directory)
+            model.calibration = load_calibration(directory)
             if model.calibration is None:
-                log.warning("calibration is on but %s has no calibration.json: serving uncalibrated", source.directory)
+                log.warning("calibration is on but %s has no calibration.json: serving uncalibrated", directory)
         return model
 
     @classmethod
     def load(cls, directory: str | Path, *, dtype: str = "auto", device: str = "auto", head_dtype: str = "float32",
              attn_implementation: str = "sdpa", max_context_tokens: int = 64_000,
-             media_limits: MediaLimits = MediaLimits(), source: CheckpointSource | None = None) -> ClefModel:
+             media_limits: MediaLimits = MediaLimits(), tiny_default: bool = False) -> ClefModel:
+        """A checkpoint directory in the released layout, loaded strictly (CheckpointError naming what is wrong)."""
         directory = Path(directory)
         check_checkpoint_files(directory)
         try:
@@ -93,7 +94,7 @@ class ClefModel:
         if head.hidden_size != backbone.hidden_size:
             raise CheckpointError(f"joint head hidden_size {head.hidden_size} != backbone hidden size "
                                   f"{backbone.hidden_size}")
-        source = source or CheckpointSource(directory, False, release_date(directory))
+        source = CheckpointSource(directory, tiny_default, release_date(directory))
         return cls(backbone, head, parts, source, max_context_tokens=max_context_tokens, media_limits=media_limits)
 
     def encode_media(self, items: tuple[MediaItem, ...]) -> EncodedMedia:

@@ -119,7 +119,9 @@ class DecisionEngine:
 
     @property
     def info(self) -> dict:
-        """What /v1/models shows: name, description, release date, context, limits (needs a loaded model)."""
+        """What /v1/models shows: name, description, release date, context, limits. NotReady until a model is in."""
+        if self.model is None:
+            raise NotReady("the model is still loading")
         cfg = self.config
         source = self.model.source
         description = ("Embedded tiny demo checkpoint (synthetic inspection task only; elsewhere its answers are "

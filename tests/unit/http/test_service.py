@@ -28,6 +28,20 @@ def test_models_lists_the_served_model_with_every_spec_field_context_limits_and_
     assert [d["id"] for d in payload["data"]] == ["clef-omni-local", "jev-latest", "clef-omni"]
 
 
+def test_models_is_503_while_the_engine_loads_its_model(monkeypatch):
+    from omni.model.clef import ClefModel
+
+    gate = threading.Event()
+    monkeypatch.setattr(ClefModel, "from_config", classmethod(lambda cls, config: (gate.wait(30), FakeModel())[1]))
+    settings = settings_with()
+    with served(engine=DecisionEngine(settings.engine), wait=False) as (client, engine):
+        loading = client.get("/v1/models")
+        assert loading.status_code == 503 and loading.json()["detail"]["error_type"] == "not_ready"
+        gate.set()
+        wait_until(lambda: client.get("/v1/models").status_code == 200, what="the model card")
+        assert client.get("/v1/models").json()["models"][0]["release_date"] == "2026-10-09"
+
+
 def test_ready_follows_the_engine_while_health_is_live_throughout():
     gate = threading.Event()
     with served(model=FakeModel(load_gate=gate), wait=False) as (client, _):
