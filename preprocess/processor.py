@@ -13,6 +13,12 @@ The only module that calls the checkpoint's processor classes (passed in; nothin
   `video_second_per_grid` = temporal_patch_size / fps = 1.0 (frames really are 2 per second; the reference passes
   fps=2.0; the cookbook chain's 2.0 would stamp video at half the speed of its audio).
 
+A request is encoded in two steps: `encode_item` makes each item model-ready on its own (`ItemEncoding`: an image's
+pixel rows, a video's uint8 patches and soundtrack, an audio clip's samples — what a media cache can keep), then
+`assemble_media` joins the items of one request: it concatenates and normalises, runs the ONE feature-extractor
+call over every clip that is heard, decides whether videos are heard and lays out the ids. `encode_media` is both
+steps at once; the result is the same whichever items came from a cache.
+
 Position ids are not made here (the backbone calls the thinker's `get_rope_index`).
 Knows nothing of prompts, questions, HTTP or decoding; does not import `omni`.
 """
@@ -108,19 +114,18 @@ def normalize_patches(patches_u8: np.ndarray, image_processor) -> torch.Tensor:
 
 def encode_videos(videos: Sequence[DecodedVideo], image_processor) -> tuple[dict, list[tuple[int, int, int]]]:
     """Decoded videos -> {pixel_values_videos, video_grid_thw, video_second_per_grid}, grids."""
+    items = [encode_item(video, "videos", image_processor) for video in videos]
+    return _video_tensors(items, image_processor), [item.grid for item in items]
+
+
+def _video_tensors(videos: Sequence[ItemEncoding], image_processor) -> dict:
+    """Video ItemEncodings -> the thinker's video kwargs (patches normalised once, for all videos together)."""
     if not videos:
-        return {}, []
-    patch, temporal, merge = image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size
-    patches, grids = [], []
-    for video in videos:
-        u8, grid = patchify_frames(video.frames, patch, temporal, merge)
-        patches.append(u8)
-        grids.append(grid)
-    pixel_values = normalize_patches(np.concatenate(patches) if len(patches) > 1 else patches[0], image_processor)
-    second_per_grid = [temporal / video.fps for video in videos]
-    return {"pixel_values_videos": pixel_values,
-            "video_grid_thw": torch.tensor(grids, dtype=torch.int64),
-            "video_second_per_grid": torch.tensor(second_per_grid, dtype=torch.float32)}, grids
+        return {}
+    patches = np.concatenate([v.patches.numpy() for v in videos]) if len(videos) > 1 else videos[0].patches.numpy()
+    return {"pixel_values_videos": normalize_patches(patches, image_processor),
+            "video_grid_thw": torch.tensor([v.grid for v in videos], dtype=torch.int64),
+            "video_second_per_grid": torch.tensor([v.seconds_per_grid for v in videos], dtype=torch.float32)}
 
 
 def _video_ids(grids, seconds_per_grid, soundtrack_tokens, heard, ids, merge, position_id_per_seconds):
@@ -136,21 +141,57 @@ def _video_ids(grids, seconds_per_grid, soundtrack_tokens, heard, ids, merge, po
     return blocks, video_tokens
 
 
-def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
-                 audio_clips: Sequence[DecodedAudio | np.ndarray] = (),
-                 videos: Sequence[DecodedVideo] = (), *, image_processor, feature_extractor,
-                 token_ids: align.PlaceholderIds, position_id_per_seconds: float = 13.0,
-                 n_window: int = 50) -> EncodedMedia:
-    """Decoded media of one request -> EncodedMedia (ids of the media segment, thinker kwargs, token counts).
+@dataclass(frozen=True)
+class ItemEncoding:
+    """One media item made model-ready on its own: what does not depend on the other items of its request.
+
+    images: `patches` float32 pixel rows from the image processor; videos: `patches` uint8 (normalised when
+    assembled: 4x smaller while kept) plus `samples` = the soundtrack (None without one); audio: `samples` only.
+    """
+
+    slot: str                                   # "images" | "audio" | "videos"
+    patches: torch.Tensor | None = None
+    grid: tuple[int, int, int] | None = None
+    seconds_per_grid: float | None = None
+    samples: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return (self.patches.nbytes if self.patches is not None else 0) + \
+            (self.samples.nbytes if self.samples is not None else 0)
+
+
+def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo, slot: str, image_processor) -> ItemEncoding:
+    """A decoded item of `slot` -> its ItemEncoding (the image processor for images, patchify for video frames)."""
+    if slot == "images":
+        tensors, _ = encode_images([decoded], image_processor)
+        return ItemEncoding(slot, tensors["pixel_values"], tuple(tensors["image_grid_thw"][0].tolist()))
+    if slot == "audio":
+        return ItemEncoding(slot, samples=_samples(decoded))
+    patch, temporal, merge = image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size
+    patches, grid = patchify_frames(decoded.frames, patch, temporal, merge)
+    return ItemEncoding(slot, torch.from_numpy(patches), grid, temporal / decoded.fps, decoded.soundtrack)
+
+
+def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_extractor,
+                   token_ids: align.PlaceholderIds, position_id_per_seconds: float = 13.0,
+                   n_window: int = 50) -> EncodedMedia:
+    """The ItemEncodings of one request, in prompt order -> its EncodedMedia (ids, thinker kwargs, token counts).
 
     `position_id_per_seconds` and `n_window` must be the thinker config's values (13 and 50 for Qwen3-Omni).
     """
-    heard = align.hear_videos([video.soundtrack for video in videos])
-    clips = [_samples(clip) for clip in audio_clips]
-    tracks = [video.soundtrack for video in videos] if heard else []
-    image_tensors, image_tokens = encode_images(images, image_processor)
+    images = [item for item in items if item.slot == "images"]
+    videos = [item for item in items if item.slot == "videos"]
+    heard = align.hear_videos([video.samples for video in videos])
+    clips = [item.samples for item in items if item.slot == "audio"]
+    tracks = [video.samples for video in videos] if heard else []
+    image_tensors, image_tokens = {}, []
+    if images:
+        grids = torch.tensor([image.grid for image in images], dtype=torch.int64)
+        image_tensors = {"pixel_values": torch.cat([image.patches for image in images]), "image_grid_thw": grids}
+        image_tokens = [align.video_tokens_for_grid(image.grid, image_processor.merge_size) for image in images]
     audio_tensors, all_audio_tokens = encode_audio(clips + tracks, feature_extractor, n_window)
-    video_tensors, grids = encode_videos(videos, image_processor)
+    video_tensors, grids = _video_tensors(videos, image_processor), [video.grid for video in videos]
     audio_tokens, track_tokens = all_audio_tokens[:len(clips)], all_audio_tokens[len(clips):]
     ids: list[int] = []
     for count in image_tokens:
@@ -165,3 +206,16 @@ def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
     return EncodedMedia(ids=ids, tensors={**image_tensors, **audio_tensors, **video_tensors}, use_audio_in_video=heard,
                         tokens_by_modality={key: sum(value) for key, value in per_item.items()},
                         tokens_per_item=per_item)
+
+
+def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
+                 audio_clips: Sequence[DecodedAudio | np.ndarray] = (),
+                 videos: Sequence[DecodedVideo] = (), *, image_processor, feature_extractor,
+                 token_ids: align.PlaceholderIds, position_id_per_seconds: float = 13.0,
+                 n_window: int = 50) -> EncodedMedia:
+    """Decoded media of one request -> EncodedMedia: `encode_item` for each, then `assemble_media`."""
+    items = [encode_item(image, "images", image_processor) for image in images] + \
+        [encode_item(clip, "audio", image_processor) for clip in audio_clips] + \
+        [encode_item(video, "videos", image_processor) for video in videos]
+    return assemble_media(items, image_processor=image_processor, feature_extractor=feature_extractor,
+                          token_ids=token_ids, position_id_per_seconds=position_id_per_seconds, n_window=n_window)

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from api.http.settings import MEDIA_PREFIX, Settings, SettingsError, cli_fields
+from api.http.settings import Settings, SettingsError, cli_fields, is_media_limit
 
 log = logging.getLogger("omni.serve")
 _NOT_FLAGS = {"model", "host", "port", "api_keys"}  # explicit flags below; api_keys only via env or file
@@ -35,7 +35,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     for name in cli_fields():
         if name in _NOT_FLAGS:
             continue
-        group = media if name.startswith(MEDIA_PREFIX) else server
+        group = media if is_media_limit(name) else server
         default = defaults.value_of(name)
         shown = ",".join(default) if isinstance(default, tuple) else default
         group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None,

@@ -35,6 +35,8 @@ class Metrics:
         self.model_info = Gauge("omni_model_info", "the served model", ["name", "tiny_default"], registry=r)
         self._batcher = _BatcherCollector()
         r.register(self._batcher)
+        self._caches = _CacheCollector()
+        r.register(self._caches)
         for stage in ("parse",) + STAGES:  # so every stage is visible before the first request
             self.stage_seconds.labels(stage)
 
@@ -55,6 +57,10 @@ class Metrics:
     def set_model(self, name: str, tiny_default: bool) -> None:
         self.model_info.clear()
         self.model_info.labels(name, str(tiny_default).lower()).set(1)
+
+    def watch_caches(self, stats: Any) -> None:
+        """Export the engine's caches (`stats()` -> name -> CacheStats) at scrape time."""
+        self._caches.stats = stats
 
     def watch_batcher(self, batcher: Any) -> None:
         """Export the micro-batcher's own counters (queue depth, batches by size) when the engine has one."""
@@ -86,3 +92,30 @@ class _BatcherCollector:
         dropped.add_metric(["deadline_or_cancelled"], stats.expired)
         dropped.add_metric(["queue_full"], stats.rejected)
         yield from (depth, batches, dropped)
+
+
+class _CacheCollector:
+    """Reads the media and prefix caches' counters at scrape time: hits, misses, evictions, refusals, bytes."""
+
+    def __init__(self):
+        self.stats = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        if self.stats is None:
+            return
+        caches = self.stats()
+        counters = {name: CounterMetricFamily(f"omni_cache_{name}", f"cache {name}, by cache", labels=["cache"])
+                    for name in ("hits", "misses", "evictions", "refused")}
+        used = GaugeMetricFamily("omni_cache_bytes", "bytes held, by cache", labels=["cache"])
+        budget = GaugeMetricFamily("omni_cache_budget_bytes", "configured budget, by cache (0 = off)", labels=["cache"])
+        entries = GaugeMetricFamily("omni_cache_entries", "entries held, by cache", labels=["cache"])
+        for cache, s in sorted(caches.items()):
+            for name, family in counters.items():
+                family.add_metric([cache], getattr(s, name))
+            used.add_metric([cache], s.bytes)
+            budget.add_metric([cache], s.budget_bytes)
+            entries.add_metric([cache], s.entries)
+        yield from (*counters.values(), used, budget, entries)

@@ -118,7 +118,10 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
         svc.metrics.inflight.dec()
     svc.metrics.observe_decision(decision)
     timings = {"parse": parse_s * 1000, **decision.timings_ms, "total": (time.monotonic() - arrived) * 1000}
-    return decision, ", ".join(f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items())
+    entries = [f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items()]
+    # a cache hit skips stages: media (sniff, decode, encode) or the prefix's prefill
+    entries += [f'{name}-cache;desc="{outcome}"' for name, outcome in decision.cache.items()]
+    return decision, ", ".join(entries)
 
 
 async def _read_capped(request: Request, cap_bytes: int) -> bytes:

@@ -93,7 +93,7 @@ class Settings:
         """The current value of a setting named as in `cli_fields()` (for help texts and logs)."""
         if key == "model":
             return self.engine.model_path
-        if key.startswith(MEDIA_PREFIX):
+        if is_media_limit(key):
             return getattr(self.engine.media, key[len(MEDIA_PREFIX):])
         return getattr(self, key) if key in {f.name for f in dataclasses.fields(Settings)} else getattr(self.engine, key)
 
@@ -105,7 +105,7 @@ class Settings:
         for key, value in values.items():
             if key == "model":
                 eng["model_path"] = value or None
-            elif key.startswith(MEDIA_PREFIX):
+            elif is_media_limit(key):
                 media[key[len(MEDIA_PREFIX):]] = value
             elif key in own:
                 top[key] = value
@@ -122,6 +122,11 @@ class Settings:
         out = dataclasses.replace(self, engine=engine, **top)
         _check(out)
         return out
+
+
+def is_media_limit(key: str) -> bool:
+    """`media_max_images` names a MediaLimits field; `media_cache_mb` is an EngineConfig field of its own."""
+    return key.startswith(MEDIA_PREFIX) and key[len(MEDIA_PREFIX):] in {f.name for f in dataclasses.fields(MediaLimits)}
 
 
 def cli_fields() -> dict[str, type]:

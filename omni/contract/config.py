@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omni.contract.errors import ConfigError
+from omni.contract.types import ISOLATION_MODES
 from preprocess.media import MediaLimits
 
 CONFIDENCE_FORMULAS = ("clef", "typesafe")
@@ -16,7 +17,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 _AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars", "max_batch_records",
                  "max_batch_tokens", "max_queue", "decode_threads")
 _AT_LEAST_TWO = ("max_choice_options", "max_score_levels")
-_NOT_NEGATIVE = ("torch_threads", "probability_decimals", "max_wait_ms", "inline_prepare_max_chars")
+_NOT_NEGATIVE = ("torch_threads", "probability_decimals", "max_wait_ms", "inline_prepare_max_chars", "media_cache_mb",
+                 "prefix_cache_mb")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class EngineConfig:
     request_timeout_s: float = 60.0
     decode_threads: int = 2
     inline_prepare_max_chars: int = 4096    # media-free requests this small skip the decode pool (0 = never)
+    isolation: str = "joint"                # default of x_isolation: joint (the reference) or isolated
+    media_cache_mb: float = 512.0           # per-item media encodings kept, by content (0 = off)
+    prefix_cache_mb: float = 1024.0         # prompt prefixes' keys/values + head memory rows, on the device (0 = off)
     media: MediaLimits = field(default_factory=MediaLimits)
     cache_dir: str | None = None            # where the embedded tiny default is built; None = ~/.cache/omni-decide
 
@@ -56,6 +61,6 @@ class EngineConfig:
                     raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
-        for name, allowed in (("dtype", DTYPES), ("head_dtype", DTYPES[1:])):
+        for name, allowed in (("dtype", DTYPES), ("head_dtype", DTYPES[1:]), ("isolation", ISOLATION_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")

@@ -2,7 +2,7 @@
 
 Every edge calls `parse_request`: HTTP (JSON and multipart), `omni decide`, dataset lines. It folds every media form
 (`omni.contract.media_forms`: Clef slots, llama.cpp `files`, TypeSafe `assets` with placeholders, named parts),
-validates state, questions, `truncate` and `model`, and reports every violation of a body together as `Issue`s naming
+validates state, questions, `truncate`, `x_isolation` and `model`, and reports every violation of a body together as `Issue`s naming
 the field path and the limit; a well-formed request for a model this server does not answer as is `UnknownModel`.
 Knows nothing of HTTP, pydantic, torch or the model. Never fetches URLs or reads paths.
 """
@@ -16,6 +16,7 @@ from omni.contract.errors import InvalidRequest, Issues, UnknownModel
 from omni.contract.json_values import json_value_problem
 from omni.contract.media_forms import collect_media, replace_placeholders
 from omni.contract.types import (
+    ISOLATION_MODES,
     NOUL_DEFAULT_FALSE,
     NOUL_DEFAULT_TRUE,
     QUESTION_TYPES,
@@ -161,8 +162,11 @@ def parse_request(body: Any, config: EngineConfig, parts: Sequence[Part] = ()) -
     truncate = body.get("truncate", True)
     if not isinstance(truncate, bool):
         issues.add(("truncate",), "truncate must be a boolean", "bool_type")
+    isolation = body.get("x_isolation")
+    if isolation is not None and isolation not in ISOLATION_MODES:
+        issues.add(("x_isolation",), f"Input should be {' or '.join(map(repr, ISOLATION_MODES))}", "literal_error")
     questions = _questions(body.get("questions"), config, issues, replacements)
     issues.raise_if_any()
     served_model(model, config)
     return DecisionRequest(state=state, questions=questions, model=model, media=tuple(media), truncate=truncate,
-                           request_id=body.get("id") if isinstance(body.get("id"), str) else None)
+                           request_id=body.get("id") if isinstance(body.get("id"), str) else None, isolation=isolation)

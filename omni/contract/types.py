@@ -13,6 +13,9 @@ from preprocess.item import MediaItem
 
 QuestionType = Literal["noul", "choice", "score"]
 QUESTION_TYPES: tuple[str, ...] = ("noul", "choice", "score")
+# joint: every question in one schema, decided together (the Clef reference); isolated: each question answered as if
+# it had been asked alone about the same state and media (one shared prefix, one block per question)
+ISOLATION_MODES: tuple[str, ...] = ("joint", "isolated")
 # Index into the head's type embedding (clef-reference §1.4: noul 0, choice 1, score 2).
 TYPE_INDEX = {"noul": 0, "choice": 1, "score": 2}
 
@@ -73,6 +76,7 @@ class DecisionRequest:
     media: tuple[MediaItem, ...] = ()        # prompt order: images, audio, videos
     truncate: bool = True
     request_id: str | None = None
+    isolation: str | None = None             # x_isolation: "joint" | "isolated"; None = the server's default
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class Decision:
     tokens_by_modality: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
     batch_size: int = 1
+    cache: dict[str, str] = field(default_factory=dict)    # media / prefix: hit, partial or miss (absent: off)
 
     def to_wire(self) -> dict:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""

@@ -234,6 +234,7 @@ class Trainer:
 
     def validate(self, validation: Sequence[LabelledRequest]) -> tuple[float, float]:
         """(NLL, accuracy) over every labelled validation question, no augmentation, no gradients."""
+        self.model.forget_prefixes()        # cached prefixes were made with the weights before this epoch
         self.model.head.eval()
         scored = collect_logits(self.model, validation, self.config.batch_records, self.progress, "validating",
                                 prepare=self.prepare)
@@ -327,6 +328,7 @@ class Trainer:
     def _finish(self, state: dict, keep_state: bool) -> dict:
         _load_trained_state(self.model, state["best"])
         merge_lora(self.model)
+        self.model.forget_prefixes()
         self.model.head.eval()
         save_released(self.model, self.source_dir, self.out_dir, backbone_trained=self.config.mode != "head")
         summary = {"source": str(self.source_dir), "config": asdict(self.config), "best_epoch": state["best_epoch"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,6 +20,7 @@ from omni.contract.errors import CheckpointError
 log = logging.getLogger(__name__)
 
 ALLOWED_UNEXPECTED_PREFIXES = ("talker.", "code2wav.")
+KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]   # per layer: (keys, values) [rows, kv_heads, positions, head_dim]
 MEDIA_TENSOR_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
                      "video_second_per_grid", "input_features", "feature_attention_mask")
 
@@ -157,6 +159,13 @@ class Backbone:
 
         Runs under whatever grad mode the caller chose: serving wraps it in inference_mode, training does not.
         """
+        return self._prefill(batch, use_cache=False)[0]
+
+    def prefill_with_cache(self, batch: BackboneBatch) -> tuple[torch.Tensor, Any]:
+        """`padded_hidden_states` plus every position's keys and values (a transformers Cache) to take prefixes from."""
+        return self._prefill(batch, use_cache=True)
+
+    def _prefill(self, batch: BackboneBatch, use_cache: bool) -> tuple[torch.Tensor, Any]:
         media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
                  for k, v in batch.media.items()}
         # No padding mask, on purpose: the pads sit after every real token, so under causal attention no real token
@@ -165,8 +174,44 @@ class Backbone:
         # of 8 spent 13 of its 61 ms converting that mask). Pad rows' outputs are garbage and are never read.
         output = self.thinker.model(
             input_ids=batch.input_ids.to(self.device), attention_mask=None,
-            position_ids=batch.position_ids.to(self.device), use_cache=False, **media)
+            position_ids=batch.position_ids.to(self.device), use_cache=use_cache, **media)
+        return output.last_hidden_state, output.past_key_values
+
+    @staticmethod
+    def prefix_kv(cache: Any, row: int, length: int) -> KV:
+        """Row `row`'s keys and values for its first `length` positions, per layer (copies: [1, heads, P, d])."""
+        return tuple((layer.keys[row:row + 1, :, :length].clone(), layer.values[row:row + 1, :, :length].clone())
+                     for layer in cache.layers)
+
+    def continue_from(self, kv: KV, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Prefill tokens that follow a cached prefix: input_ids [K, S] (right-padded), position_ids [3, K, S], the
+        prefix's keys/values (one row, shared by the K rows) -> final-norm hidden states [K, S, H].
+
+        Without `attention_mask` each row is causal over the prefix and itself (the pads sit after every real token,
+        as in `padded_hidden_states`); a 4-D additive mask [K, 1, S, P + S] says otherwise (isolated blocks).
+        """
+        from transformers import DynamicCache
+
+        rows = input_ids.shape[0]
+        cache = DynamicCache(ddp_cache_data=[(k.expand(rows, -1, -1, -1).contiguous(),
+                                              v.expand(rows, -1, -1, -1).contiguous()) for k, v in kv])
+        output = self.thinker.model(
+            input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device), past_key_values=cache,
+            attention_mask=None if attention_mask is None else attention_mask.to(self.device, self.dtype),
+            use_cache=False)
         return output.last_hidden_state
+
+    def block_mask(self, prefix_len: int, block_lengths: list[int]) -> torch.Tensor:
+        """Additive mask [1, 1, S, P + S] for blocks that follow a prefix: each block sees the prefix and itself
+        (causally), never another block. S = sum(block_lengths)."""
+        total = sum(block_lengths)
+        block = torch.repeat_interleave(torch.arange(len(block_lengths)), torch.tensor(block_lengths))
+        order = torch.arange(total)
+        allowed = (block[:, None] == block[None, :]) & (order[None, :] <= order[:, None])
+        allowed = torch.cat([torch.ones(total, prefix_len, dtype=torch.bool), allowed], dim=1)
+        mask = torch.zeros(total, prefix_len + total, dtype=self.dtype)
+        return mask.masked_fill(~allowed, torch.finfo(self.dtype).min)[None, None]
 
 
 def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

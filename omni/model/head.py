@@ -95,8 +95,13 @@ class JointSchemaHead(nn.Module):
         """One record. hidden [T, H] (final-norm output), input_ids [T], lexical_table [V, H] → per question [n_i] logits."""
         return self.forward_batch(hidden[None], [hidden.shape[0]], input_ids[None], lexical_table, [spans])[0]
 
+    def memory_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The memory M = W_mem LN(Hs) of some rows: hidden [..., H] -> [..., W] (what a cached prefix keeps)."""
+        return self.memory_projection(self.hidden_norm(hidden.to(self.hidden_norm.weight.dtype)))
+
     def forward_batch(self, hidden: torch.Tensor, lengths: list[int], input_ids: torch.Tensor,
-                      lexical_table: torch.Tensor, spans: list[RecordSpans]) -> list[list[torch.Tensor]]:
+                      lexical_table: torch.Tensor, spans: list[RecordSpans],
+                      prefix_memory: list[torch.Tensor | None] | None = None) -> list[list[torch.Tensor]]:
         """Several records at once; each record's logits equal its one-record pass (up to float rounding).
 
         hidden [B, L, H] right-padded (row b is real for its first lengths[b] positions), input_ids [B, L] →
@@ -104,6 +109,10 @@ class JointSchemaHead(nn.Module):
         spans are shifted into the flattened [B·L] rows, options and fields are padded to the batch's largest record
         and padding is excluded with key-padding masks (it is never attended to, so it changes no real row).
         Without padding (one record, or equal shapes) no mask is passed.
+
+        `prefix_memory[b]`: the memory rows [P_b, W] (`memory_rows`) of tokens that come before record b's rows in
+        `hidden` and were computed earlier (a cached prefix); the memory attended to is then those rows followed by
+        the record's own. Spans index the rows of `hidden`.
         """
         if len(lengths) != hidden.shape[0] or len(spans) != hidden.shape[0]:
             raise ValueError("hidden, lengths and spans must describe the same records")
@@ -112,8 +121,12 @@ class JointSchemaHead(nn.Module):
         h = self.hidden_norm(hidden.to(dtype))                                          # [B, L, H]
         memory = self.memory_projection(h)                                              # [B, L, W]
         lengths_t = torch.tensor(lengths, device=device)
-        memory_padding = torch.arange(L, device=device)[None] >= lengths_t[:, None]       # [B, L] True = padding
-        memory_padding = memory_padding if min(lengths) < L else None                  # none: MHA's fast path
+        if prefix_memory is not None and any(m is not None and len(m) for m in prefix_memory):
+            memory, lengths_m = _with_prefix(memory, lengths, prefix_memory)             # [B, L', W]
+        else:
+            lengths_m = lengths_t
+        memory_padding = torch.arange(memory.shape[1], device=device)[None] >= lengths_m[:, None]  # True = padding
+        memory_padding = memory_padding if bool(memory_padding.any()) else None       # none: MHA's fast path
         flat = h.reshape(B * L, -1)
         last = flat[torch.arange(B, device=device) * L + lengths_t - 1]                 # g per record: [B, H]
         shifted = [s.shifted(b * L) for b, s in enumerate(spans)]
@@ -168,6 +181,18 @@ class JointSchemaHead(nn.Module):
             out.append(per_question[start:start + n])
             start += n
         return out
+
+
+def _with_prefix(memory: torch.Tensor, lengths: list[int],
+                 prefix_memory: list[torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each record's prefix memory rows followed by its own rows, right-padded: ([B, L', W], lengths [B])."""
+    prefixes = [m if m is not None else memory.new_zeros(0, memory.shape[-1]) for m in prefix_memory]
+    totals = [len(p) + n for p, n in zip(prefixes, lengths)]
+    out = memory.new_zeros(len(lengths), max(totals), memory.shape[-1])
+    for b, (prefix, n) in enumerate(zip(prefixes, lengths)):
+        out[b, :len(prefix)] = prefix.to(memory.device, memory.dtype)
+        out[b, len(prefix):len(prefix) + n] = memory[b, :n]
+    return out, torch.tensor(totals, device=memory.device)
 
 
 def _pad_rows(rows: torch.Tensor, counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,35 +1,78 @@
-"""Glue between the model and `preprocess`: a request's media items -> placeholder ids + thinker tensors.
+"""Glue between the model and `preprocess`: a request's media items -> placeholder ids + thinker tensors, with a
+content-addressed cache of per-item encodings.
 
-Request-level limits first (counts, bytes), then each item sniffed and decoded by the slot it was sent in, then one
-`encode_media` call (reference order: images, audio, videos). Knows nothing of HTTP, prompts or model weights;
-every failure is a typed `MediaError` carrying the item.
+Request-level limits first (counts, bytes), then each item: from the media cache when the same bytes were encoded
+before under the same settings (a hit skips sniffing, decoding and encoding), else sniffed, decoded by the slot it was
+sent in and encoded on its own (`preprocess.processor.encode_item`) and kept. Then the request is assembled
+(`assemble_media`: one feature-extractor call, the heard/silent decision, the ids) exactly as without a cache.
+A cache key is the item's bytes hash, its slot and everything that changes its encoding: the media limits (a hit skips
+their per-item checks), the image processor's settings and the video frame policy. Whether a video's soundtrack is
+heard is decided at assembly from the items, so it is not part of the key. Only successes are kept: a file that fails
+to decode raises its typed `MediaError` (carrying the item) every time it is sent.
+Knows nothing of HTTP, prompts or model weights.
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from omni.model.cache import ByteLRU
 from preprocess.align import PlaceholderIds
 from preprocess.decode import decode_item
 from preprocess.item import MediaItem
-from preprocess.loader import ProcessorParts
+from preprocess.loader import IMAGE_PROCESSOR_KEYS, ProcessorParts
 from preprocess.media import MediaLimits, check_request
-from preprocess.processor import EncodedMedia, encode_media
+from preprocess.processor import EncodedMedia, ItemEncoding, assemble_media, encode_item
+from preprocess.video import VideoFramePolicy
 
 NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_modality={})
 
 
-def encode_request_media(items: Sequence[MediaItem], parts: ProcessorParts, limits: MediaLimits, *,
-                         position_id_per_seconds: float = 13.0, n_window: int = 50) -> EncodedMedia:
-    """Items in prompt order -> the media segment's ids and the thinker's media tensors (NO_MEDIA for none)."""
-    if not items:
-        return NO_MEDIA
-    check_request(items, limits)
-    decoded = {slot: [decode_item(item, limits) for item in items if item.slot == slot]
-               for slot in ("images", "audio", "videos")}
-    encoded = encode_media(decoded["images"], decoded["audio"], decoded["videos"],
-                           image_processor=parts.image_processor, feature_extractor=parts.feature_extractor,
-                           token_ids=PlaceholderIds.from_mapping(parts.special_ids, parts.newline_ids),
-                           position_id_per_seconds=position_id_per_seconds, n_window=n_window)
-    tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
-    return replace(encoded, tokens_by_modality=tokens)
+@dataclass(frozen=True)
+class RequestMedia:
+    """A request's encoded media, a digest of its items' contents (in order) and how many came from the cache."""
+
+    encoded: EncodedMedia
+    digest: str = ""
+    cached_items: int = 0
+    items: int = 0
+
+
+class MediaEncoder:
+    """Media items of one request -> RequestMedia. Thread-safe; one per model, shared by every edge."""
+
+    def __init__(self, parts: ProcessorParts, limits: MediaLimits, cache_bytes: int = 0, *,
+                 position_id_per_seconds: float = 13.0, n_window: int = 50,
+                 policy: VideoFramePolicy = VideoFramePolicy()):
+        self.parts, self.limits, self.policy = parts, limits, policy
+        self.timing = {"position_id_per_seconds": position_id_per_seconds, "n_window": n_window}
+        self.cache: ByteLRU[ItemEncoding] = ByteLRU(cache_bytes)
+        processor = {key: getattr(parts.image_processor, key, None) for key in IMAGE_PROCESSOR_KEYS}
+        self._settings = hashlib.blake2b(repr((limits, sorted(processor.items()), policy)).encode(),
+                                         digest_size=16).hexdigest()
+
+    def encode(self, items: Sequence[MediaItem]) -> RequestMedia:
+        if not items:
+            return RequestMedia(NO_MEDIA)
+        check_request(items, self.limits)
+        digests, encodings, cached = [], [], 0
+        for item in items:
+            digest = hashlib.blake2b(item.data, digest_size=16).hexdigest()
+            key = (item.slot, digest, self._settings)
+            encoding = self.cache.get(key) if self.cache.enabled else None
+            if encoding is None:
+                encoding = encode_item(decode_item(item, self.limits, self.policy), item.slot,
+                                       self.parts.image_processor)
+                if self.cache.enabled:
+                    self.cache.put(key, encoding, encoding.nbytes)
+            else:
+                cached += 1
+            digests.append(f"{item.slot}:{digest}")
+            encodings.append(encoding)
+        encoded = assemble_media(encodings, image_processor=self.parts.image_processor,
+                                 feature_extractor=self.parts.feature_extractor,
+                                 token_ids=PlaceholderIds.from_mapping(self.parts.special_ids, self.parts.newline_ids),
+                                 **self.timing)
+        tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
+        return RequestMedia(replace(encoded, tokens_by_modality=tokens), ",".join(digests), cached, len(items))

@@ -38,11 +38,34 @@ def option_semantics(option_id: str, description: Any) -> dict:
 
 
 @dataclass(frozen=True)
-class EncodedPrompt:
-    input_ids: list[int]
+class Block:
+    """A run of schema tokens after the prefix that the head reads together with the prefix: [start, end) in the
+    record and the spans of its questions (indices in the record)."""
+
+    start: int
+    end: int
     spans: RecordSpans
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    """The record's ids. Everything before `prefix_len` (system text, STATE:, media, state, schema header) does not
+    depend on the questions; then the blocks: joint, one block with every question and the suffix; isolated, one
+    block per question, each numbered FIELD 1 and ending with the suffix, as if the question were asked alone."""
+
+    input_ids: list[int]
+    blocks: tuple[Block, ...]
+    prefix_len: int
     state_tokens_kept: int
     state_tokens_dropped: int
+    isolated: bool = False
+
+    @property
+    def spans(self) -> RecordSpans:
+        """The joint record's spans (its one block)."""
+        if self.isolated:
+            raise ValueError("an isolated record has one block of spans per question")
+        return self.blocks[0].spans
 
 
 class PromptEncoder:
@@ -76,27 +99,17 @@ class PromptEncoder:
             segments.append(("text", "END FIELD\n"))
         return segments
 
-    def encode(self, request: DecisionRequest, media_ids: Sequence[int] = ()) -> EncodedPrompt:
-        segments = self.schema_segments(request.questions)
-        segment_ids = self._ids([render(request.state)] + [text for _, text in segments])
-        state_ids, schema_parts = segment_ids[0], segment_ids[1:]
-
-        schema_ids = list(self.schema_header_ids)
-        question_spans, option_spans, current = [], [], []
-        for (role, _), ids in zip(segments, schema_parts):
-            start = len(schema_ids)
-            schema_ids.extend(ids)
-            if role == "question":
-                if current:
-                    option_spans.append(tuple(current))
-                current = []
-                question_spans.append((start, len(schema_ids)))
-            elif role == "option":
-                current.append((start, len(schema_ids)))
-        option_spans.append(tuple(current))
+    def encode(self, request: DecisionRequest, media_ids: Sequence[int] = (), isolated: bool = False) -> EncodedPrompt:
+        """The record's ids and spans; `isolated`: one block per question instead of one joint schema."""
+        groups = [[q] for q in request.questions] if isolated else [list(request.questions)]
+        block_segments = [self.schema_segments(group) for group in groups]
+        texts = [render(request.state)] + [text for segments in block_segments for _, text in segments]
+        segment_ids = self._ids(texts)
+        state_ids, pieces = segment_ids[0], iter(segment_ids[1:])
+        blocks = [self._block(segments, pieces, group) for segments, group in zip(block_segments, groups)]
 
         head_ids = list(self.prefix_ids) + list(media_ids)
-        fixed = len(head_ids) + len(schema_ids) + len(self.suffix_ids)
+        fixed = len(head_ids) + len(self.schema_header_ids) + max(len(ids) for ids, _ in blocks)
         if fixed > self.max_context_tokens:
             raise ContextTooLong(("questions",), f"schema requires {fixed} tokens before state; maximum is "
                                  f"{self.max_context_tokens}", fixed, self.max_context_tokens)
@@ -106,7 +119,28 @@ class PromptEncoder:
             raise ContextTooLong(("state",), f"the request needs {fixed + len(state_ids)} tokens; maximum context "
                                  f"length is {self.max_context_tokens} (send \"truncate\": true to cut the state's "
                                  f"tail)", fixed + len(state_ids), self.max_context_tokens)
-        input_ids = head_ids + state_ids[:kept] + schema_ids + list(self.suffix_ids)
-        spans = RecordSpans(tuple(question_spans), tuple(option_spans),
-                            tuple(TYPE_INDEX[q.type] for q in request.questions)).shifted(len(head_ids) + kept)
-        return EncodedPrompt(input_ids, spans, kept, dropped)
+        input_ids = head_ids + state_ids[:kept] + list(self.schema_header_ids)
+        prefix_len = len(input_ids)
+        placed = []
+        for ids, spans in blocks:
+            placed.append(Block(len(input_ids), len(input_ids) + len(ids), spans.shifted(len(input_ids))))
+            input_ids += ids
+        return EncodedPrompt(input_ids, tuple(placed), prefix_len, kept, dropped, isolated)
+
+    def _block(self, segments, pieces, questions) -> tuple[list[int], RecordSpans]:
+        """One block's ids (its schema segments, then the suffix) and its spans relative to the block's start."""
+        ids: list[int] = []
+        question_spans, option_spans, current = [], [], []
+        for role, _ in segments:
+            start = len(ids)
+            ids.extend(next(pieces))
+            if role == "question":
+                if current:
+                    option_spans.append(tuple(current))
+                current = []
+                question_spans.append((start, len(ids)))
+            elif role == "option":
+                current.append((start, len(ids)))
+        option_spans.append(tuple(current))
+        ids.extend(self.suffix_ids)
+        return ids, RecordSpans(tuple(question_spans), tuple(option_spans), tuple(TYPE_INDEX[q.type] for q in questions))

@@ -33,6 +33,7 @@ class PreparedInputs(Protocol):
     request: DecisionRequest
     tokens_by_modality: dict[str, int]
     timings_ms: dict[str, float]
+    cache: dict[str, str]              # media / prefix: hit, partial, miss (the forward fills in the prefix)
 
     @property
     def num_tokens(self) -> int: ...
@@ -49,6 +50,8 @@ class DecisionModel(Protocol):
     def prepare(self, request: DecisionRequest) -> PreparedInputs: ...
 
     def probabilities(self, records: list) -> list[list[torch.Tensor]]: ...
+
+    def cache_stats(self) -> dict: ...          # name -> omni.model.cache.CacheStats
 
 
 class DecisionEngine:
@@ -117,6 +120,10 @@ class DecisionEngine:
     def batcher(self):
         return self._batcher
 
+    def cache_stats(self) -> dict:
+        """The model's caches' counters by name (media, prefix); empty before the model is in."""
+        return self.model.cache_stats() if self.model is not None else {}
+
     @property
     def info(self) -> dict:
         """What /v1/models shows: name, description, release date, context, limits. NotReady until a model is in."""
@@ -157,7 +164,8 @@ class DecisionEngine:
                 model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
                 truncated_state_tokens=record.truncated_state_tokens,
                 tokens_by_modality=dict(record.tokens_by_modality),
-                timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=len(records)))
+                timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=len(records),
+                cache=dict(record.cache)))
         return decisions
 
     def decide(self, request: DecisionRequest) -> Decision:

@@ -36,6 +36,7 @@ class FakeRecord:
     tokens_by_modality: dict[str, int]
     timings_ms: dict[str, float] = field(default_factory=lambda: {"decode": 0.1, "encode": 0.1})
     truncated_state_tokens: int = 0
+    cache: dict[str, str] = field(default_factory=dict)
 
 
 class FakeModel:
@@ -74,3 +75,6 @@ class FakeModel:
         if any(r.request.state == "__boom__" for r in records):
             raise RuntimeError("device fault in the fake forward")
         return [[torch.full((len(q.options),), 1.0 / len(q.options)) for q in r.request.questions] for r in records]
+
+    def cache_stats(self) -> dict:
+        return {}

@@ -12,7 +12,6 @@ from omni.contract.config import EngineConfig
 from omni.learn.dataset import load_dataset
 from omni.learn.training import STATE_FILE, TrainingConfig, augment, clef_loss, finetune, split_dataset
 from omni.model.clef import ClefModel
-from omni.model.media import encode_request_media
 from omni.serve.engine import DecisionEngine
 
 FAST = {"batch_records": 4, "learning_rate": 1e-2, "backbone_learning_rate": 1e-3, "patience_epochs": 50}
@@ -157,8 +156,7 @@ def test_the_inspection_set_is_deterministic_and_trains_through_the_media_path(t
     engine = DecisionEngine(EngineConfig(model_path=str(tmp_path / "tuned"))).load()   # the serving path
     decision = engine.decide(records[0].request)
     assert set(decision.answers) == set(body["questions"]) and decision.tokens_by_modality["video"] > 0
-    media = encode_request_media(records[0].request.media, model.parts, EngineConfig().media,
-                                 **model.backbone.media_timing)
+    media = model.encode_media(records[0].request.media)
     in_memory = model.probabilities([model.prepare(records[0].request, media)])[0]
     fan_running = [q.id for q in records[0].request.questions].index("fan_running")
     assert decision.answers["fan_running"]["noul"] == pytest.approx(float(in_memory[fan_running][0]), abs=1e-4)
