@@ -107,3 +107,31 @@ def test_slot_parts_continue_after_json_items(served):
     parts = [Part("images", image_bytes("PNG"), origin="--image b.png")]
     media = parse_request(body, engine.config, parts).media
     assert [(m.label, m.origin) for m in media] == [("images[0]", None), ("images[1]", "--image b.png")]
+
+
+def test_a_repeat_shows_its_cache_hits_in_server_timing_and_metrics(served):
+    client, _ = served
+    png = image_bytes("PNG", "RGB", 80, 60)
+    first = {"state": "Bench 3.", "questions": QUESTIONS, "images": [data_url("image/png", png)]}
+    again = {**first, "questions": {"other": {"type": "noul", "instructions": "Anything else?"}}}
+    cold, warm = client.post("/v1/systemone", json=first), client.post("/v1/systemone", json=again)
+    assert cold.status_code == warm.status_code == 200
+    assert 'media-cache;desc="miss"' in cold.headers["server-timing"]
+    assert 'prefix-cache;desc="miss"' in cold.headers["server-timing"]
+    assert 'media-cache;desc="hit"' in warm.headers["server-timing"]
+    assert 'prefix-cache;desc="hit"' in warm.headers["server-timing"]
+    text = client.get("/metrics").text
+    for cache in ("media", "prefix"):
+        hits = [line for line in text.splitlines() if line.startswith(f'omni_cache_hits_total{{cache="{cache}"}}')]
+        assert hits and float(hits[0].split()[-1]) >= 1, cache
+        assert f'omni_cache_budget_bytes{{cache="{cache}"}}' in text and f'omni_cache_bytes{{cache="{cache}"}}' in text
+
+
+def test_x_isolation_is_checked_and_isolated_answers_are_per_question(served):
+    client, engine = served
+    bad = client.post("/v1/systemone", json={"state": "s", "questions": QUESTIONS, "x_isolation": "solo"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "x_isolation"]
+    isolated = client.post("/v1/systemone", json={"state": "s", "questions": QUESTIONS, "x_isolation": "isolated"})
+    assert isolated.status_code == 200, isolated.text
+    alone = in_process(engine, {"state": "s", "questions": {"team": QUESTIONS["team"]}})
+    assert isolated.json()["answers"]["team"] == alone["answers"]["team"]
