@@ -28,10 +28,7 @@ import base64
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +36,8 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from serving import start_server, stop_server
 
-ROOT = Path(__file__).resolve().parents[1]  # the servers' working directory
-
-OMNI = "import sys; from api.cli.main import main; sys.exit(main())"  # what the `omni` console script runs
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
              "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
@@ -61,43 +56,6 @@ def request_bodies(mix: list[str], n: int) -> list[dict]:
              "audio": {"audio": [url("audio/wav", wav_bytes(1.0))]}}
     return [{"model": "clef-omni", "state": f"Ticket {i}: the unit rattles since the last service visit.",
              "questions": QUESTIONS, **media[mix[i % len(mix)]]} for i in range(n)]
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(args: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
-    """Start `omni serve ARGS` on a free loopback port, logging to `log_path`; wait until /ready -> (process, url)."""
-    port = free_port()
-    log = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, "-c", OMNI, "serve", "--port", str(port), "--log-level", "warning",
-                             *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 300
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"omni serve exited ({proc.returncode}); see {log_path}")
-        try:
-            if httpx.get(url + "/ready", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"omni serve not ready; see {log_path}")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    """SIGTERM, then kill if it has not exited within 60 s."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 async def run_load(url: str, bodies: list[dict], concurrency: int) -> tuple[list[float], Counter, float]:
@@ -204,8 +162,9 @@ def take_turns(calls: dict, n: int, stages: dict[str, list[dict[str, float]]]) -
 
 
 def server_timing(header: str) -> dict[str, float]:
-    """`Server-Timing: parse;dur=0.08, forward;dur=5.2, …` → {"parse": 0.08, "forward": 5.2, …}."""
-    parts = (item.strip().split(";dur=") for item in header.split(","))
+    """`Server-Timing: parse;dur=0.08, forward;dur=5.2, …` → {"parse": 0.08, "forward": 5.2, …} (entries without a
+    duration, such as `prefix-cache;desc="hit"`, are left out)."""
+    parts = (item.strip().split(";dur=") for item in header.split(",") if ";dur=" in item)
     return {name: float(ms) for name, ms in parts}
 
 

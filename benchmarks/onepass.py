@@ -128,7 +128,7 @@ def staged_decide(engine: DecisionEngine, request: DecisionRequest) -> dict[str,
     t0 = time.perf_counter()
     record = engine.model.prepare(request)
     t1 = time.perf_counter()
-    batch = model.backbone.collate([(record.input_ids, record.position_ids, record.media)])
+    batch = model.backbone.collate([(record.input_ids, record.position_ids, record.media.tensors)])
     hidden = model.backbone.hidden_states(batch)
     t2 = time.perf_counter()
     logits = model.head(hidden[0], record.input_ids, model.backbone.lexical_table, record.prompt.spans)

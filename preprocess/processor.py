@@ -24,8 +24,8 @@ Knows nothing of prompts, questions, HTTP or decoding; does not import `omni`.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -46,6 +46,15 @@ class EncodedMedia:
     use_audio_in_video: bool
     tokens_by_modality: dict[str, int]  # image / audio / video / video_audio pad counts
     tokens_per_item: dict[str, list[int]] = field(default_factory=dict)  # same keys, one count per item
+    # the pixel tensors, when not built yet (`complete()` builds them): position ids need only the grids and audio
+    # lengths in `tensors`, and a forward that reuses a cached prefix needs no pixels at all
+    deferred: Callable[[], dict[str, torch.Tensor]] | None = field(default=None, repr=False, compare=False)
+
+    def complete(self) -> EncodedMedia:
+        """This media with every thinker tensor built."""
+        if self.deferred is None:
+            return self
+        return replace(self, tensors={**self.tensors, **self.deferred()}, deferred=None)
 
 
 def _pixels(image: DecodedImage | np.ndarray) -> np.ndarray:
@@ -115,17 +124,27 @@ def normalize_patches(patches_u8: np.ndarray, image_processor) -> torch.Tensor:
 def encode_videos(videos: Sequence[DecodedVideo], image_processor) -> tuple[dict, list[tuple[int, int, int]]]:
     """Decoded videos -> {pixel_values_videos, video_grid_thw, video_second_per_grid}, grids."""
     items = [encode_item(video, "videos", image_processor) for video in videos]
-    return _video_tensors(items, image_processor), [item.grid for item in items]
+    return {**_video_layout(items), **_video_pixels(items, image_processor)}, [item.grid for item in items]
 
 
-def _video_tensors(videos: Sequence[ItemEncoding], image_processor) -> dict:
-    """Video ItemEncodings -> the thinker's video kwargs (patches normalised once, for all videos together)."""
+def _video_layout(videos: Sequence[ItemEncoding]) -> dict:
+    """What position ids need of the videos: their grids and seconds per temporal grid."""
+    if not videos:
+        return {}
+    return {"video_grid_thw": torch.tensor([v.grid for v in videos], dtype=torch.int64),
+            "video_second_per_grid": torch.tensor([v.seconds_per_grid for v in videos], dtype=torch.float32)}
+
+
+def _video_pixels(videos: Sequence[ItemEncoding], image_processor) -> dict:
+    """The videos' patches, normalised once for all videos together: {pixel_values_videos}."""
     if not videos:
         return {}
     patches = np.concatenate([v.patches.numpy() for v in videos]) if len(videos) > 1 else videos[0].patches.numpy()
-    return {"pixel_values_videos": normalize_patches(patches, image_processor),
-            "video_grid_thw": torch.tensor([v.grid for v in videos], dtype=torch.int64),
-            "video_second_per_grid": torch.tensor([v.seconds_per_grid for v in videos], dtype=torch.float32)}
+    return {"pixel_values_videos": normalize_patches(patches, image_processor)}
+
+
+def _image_pixels(images: Sequence[ItemEncoding]) -> dict:
+    return {"pixel_values": torch.cat([image.patches for image in images])} if images else {}
 
 
 def _video_ids(grids, seconds_per_grid, soundtrack_tokens, heard, ids, merge, position_id_per_seconds):
@@ -178,7 +197,9 @@ def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_ex
                    n_window: int = 50) -> EncodedMedia:
     """The ItemEncodings of one request, in prompt order -> its EncodedMedia (ids, thinker kwargs, token counts).
 
-    `position_id_per_seconds` and `n_window` must be the thinker config's values (13 and 50 for Qwen3-Omni).
+    The pixel tensors are deferred (`EncodedMedia.complete()` builds them); the audio features are built at once,
+    since their mask gives the audio token counts. `position_id_per_seconds` and `n_window` must be the thinker
+    config's values (13 and 50 for Qwen3-Omni).
     """
     images = [item for item in items if item.slot == "images"]
     videos = [item for item in items if item.slot == "videos"]
@@ -187,11 +208,10 @@ def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_ex
     tracks = [video.samples for video in videos] if heard else []
     image_tensors, image_tokens = {}, []
     if images:
-        grids = torch.tensor([image.grid for image in images], dtype=torch.int64)
-        image_tensors = {"pixel_values": torch.cat([image.patches for image in images]), "image_grid_thw": grids}
+        image_tensors = {"image_grid_thw": torch.tensor([image.grid for image in images], dtype=torch.int64)}
         image_tokens = [align.video_tokens_for_grid(image.grid, image_processor.merge_size) for image in images]
     audio_tensors, all_audio_tokens = encode_audio(clips + tracks, feature_extractor, n_window)
-    video_tensors, grids = _video_tensors(videos, image_processor), [video.grid for video in videos]
+    video_tensors, grids = _video_layout(videos), [video.grid for video in videos]
     audio_tokens, track_tokens = all_audio_tokens[:len(clips)], all_audio_tokens[len(clips):]
     ids: list[int] = []
     for count in image_tokens:
@@ -203,9 +223,10 @@ def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_ex
                                          image_processor.merge_size, position_id_per_seconds)
     ids += video_ids
     per_item = {"image": image_tokens, "audio": audio_tokens, "video": video_tokens, "video_audio": track_tokens}
+    pixels = (lambda: {**_image_pixels(images), **_video_pixels(videos, image_processor)}) if images or videos else None
     return EncodedMedia(ids=ids, tensors={**image_tensors, **audio_tensors, **video_tensors}, use_audio_in_video=heard,
                         tokens_by_modality={key: sum(value) for key, value in per_item.items()},
-                        tokens_per_item=per_item)
+                        tokens_per_item=per_item, deferred=pixels)
 
 
 def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
@@ -218,4 +239,5 @@ def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
         [encode_item(clip, "audio", image_processor) for clip in audio_clips] + \
         [encode_item(video, "videos", image_processor) for video in videos]
     return assemble_media(items, image_processor=image_processor, feature_extractor=feature_extractor,
-                          token_ids=token_ids, position_id_per_seconds=position_id_per_seconds, n_window=n_window)
+                          token_ids=token_ids, position_id_per_seconds=position_id_per_seconds,
+                          n_window=n_window).complete()

@@ -183,35 +183,18 @@ class Backbone:
         return tuple((layer.keys[row:row + 1, :, :length].clone(), layer.values[row:row + 1, :, :length].clone())
                      for layer in cache.layers)
 
-    def continue_from(self, kv: KV, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def continue_from(self, kv: KV, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Prefill tokens that follow a cached prefix: input_ids [K, S] (right-padded), position_ids [3, K, S], the
-        prefix's keys/values (one row, shared by the K rows) -> final-norm hidden states [K, S, H].
-
-        Without `attention_mask` each row is causal over the prefix and itself (the pads sit after every real token,
-        as in `padded_hidden_states`); a 4-D additive mask [K, 1, S, P + S] says otherwise (isolated blocks).
-        """
+        prefix's keys/values (one row, repeated for the K rows) -> final-norm hidden states [K, S, H]. Each row is
+        causal over the prefix and itself (the pads sit after every real token, as in `padded_hidden_states`)."""
         from transformers import DynamicCache
 
         rows = input_ids.shape[0]
         cache = DynamicCache(ddp_cache_data=[(k.expand(rows, -1, -1, -1).contiguous(),
                                               v.expand(rows, -1, -1, -1).contiguous()) for k, v in kv])
-        output = self.thinker.model(
-            input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device), past_key_values=cache,
-            attention_mask=None if attention_mask is None else attention_mask.to(self.device, self.dtype),
-            use_cache=False)
+        output = self.thinker.model(input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device),
+                                    past_key_values=cache, use_cache=False)
         return output.last_hidden_state
-
-    def block_mask(self, prefix_len: int, block_lengths: list[int]) -> torch.Tensor:
-        """Additive mask [1, 1, S, P + S] for blocks that follow a prefix: each block sees the prefix and itself
-        (causally), never another block. S = sum(block_lengths)."""
-        total = sum(block_lengths)
-        block = torch.repeat_interleave(torch.arange(len(block_lengths)), torch.tensor(block_lengths))
-        order = torch.arange(total)
-        allowed = (block[:, None] == block[None, :]) & (order[None, :] <= order[:, None])
-        allowed = torch.cat([torch.ones(total, prefix_len, dtype=torch.bool), allowed], dim=1)
-        mask = torch.zeros(total, prefix_len + total, dtype=self.dtype)
-        return mask.masked_fill(~allowed, torch.finfo(self.dtype).min)[None, None]
 
 
 def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

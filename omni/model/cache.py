@@ -59,6 +59,12 @@ class ByteLRU(Generic[V]):
         with self._lock:
             return key in self._entries
 
+    def peek(self, key: Hashable) -> V | None:
+        """The value if held now, counting nothing and changing no order (a hint: it may be gone a moment later)."""
+        with self._lock:
+            found = self._entries.get(key)
+            return None if found is None else found[0]
+
     def put(self, key: Hashable, value: V, nbytes: int) -> bool:
         """Keep `value` (evicting the least recently used until it fits); False when it can never fit."""
         with self._lock:

@@ -32,6 +32,8 @@ from preprocess.media import MediaLimits, MiB
 from preprocess.processor import EncodedMedia
 
 log = logging.getLogger(__name__)
+# keys/values of a cached prefix are repeated once per row of a continuation forward: at most this much at a time
+CONTINUATION_BUDGET_BYTES = 512 * MiB
 
 
 @dataclass
@@ -41,8 +43,9 @@ class PreparedRecord:
     request: DecisionRequest
     prompt: EncodedPrompt
     input_ids: torch.Tensor            # [T]
-    position_ids: torch.Tensor         # [3, 1, T]
-    media: dict[str, torch.Tensor]
+    media: EncodedMedia                # its pixel tensors may be deferred (a record expected to reuse its prefix)
+    position_ids: torch.Tensor | None  # [3, 1, T]; None while only the part after the prefix is known
+    suffix_position_ids: torch.Tensor  # [3, 1, T - P]: the positions after the prefix
     tokens_by_modality: dict[str, int]
     prefix_key: str = ""               # everything before the first question, hashed (the prefix cache's key)
     timings_ms: dict[str, float] = field(default_factory=dict)   # decode, encode
@@ -63,10 +66,12 @@ class PreparedRecord:
 
 @dataclass(frozen=True)
 class PrefixEntry:
-    """A computed prefix: each layer's keys and values (backbone device) and the head's memory rows [P, W]."""
+    """A computed prefix: each layer's keys and values (backbone device), the head's memory rows [P, W] and the first
+    position id after it (text after the prefix continues from there)."""
 
     kv: KV
     memory: torch.Tensor
+    next_position: int
 
     @property
     def nbytes(self) -> int:
@@ -156,31 +161,50 @@ class ClefModel:
         isolated = (request.isolation or self.isolation) == "isolated" and len(request.questions) > 1
         prompt = self.prompt_encoder.encode(request, encoded.ids, isolated=isolated)
         input_ids = torch.tensor(prompt.input_ids, dtype=torch.long)
-        positions = self._positions(prompt, input_ids, encoded)
         # "text" = every token that is not a media pad (block markers and newlines count as text)
         text_tokens = len(prompt.input_ids) - sum(encoded.tokens_by_modality.values())
         tokens = {"text": text_tokens, **encoded.tokens_by_modality}
-        key = self._prefix_key(input_ids, positions, prompt.prefix_len, media.digest, encoded.use_audio_in_video)
+        key = self._prefix_key(input_ids, prompt.prefix_len, media.digest, encoded.use_audio_in_video)
         cache = {"media": "hit" if media.cached_items == media.items else "partial" if media.cached_items else "miss"} \
             if media.items and self.media.cache.enabled else {}
-        timings = {"decode": (decoded - started) * 1e3, "encode": (time.perf_counter() - decoded) * 1e3}
-        return PreparedRecord(request, prompt, input_ids, positions, encoded.tensors, tokens, key, timings, cache)
+        record = PreparedRecord(request, prompt, input_ids, encoded, None, torch.empty(3, 1, 0, dtype=torch.long),
+                                tokens, key, {}, cache)
+        expected = self.prefixes.peek(key) if self.prefixes.enabled else None
+        if expected is not None:   # likely to reuse the prefix: no pixels, no positions before the questions
+            record.suffix_position_ids = self._after_prefix(prompt, expected.next_position)
+        else:
+            self._complete(record)
+        record.timings_ms = {"decode": (decoded - started) * 1e3, "encode": (time.perf_counter() - decoded) * 1e3}
+        return record
 
-    def _positions(self, prompt: EncodedPrompt, input_ids: torch.Tensor, media: EncodedMedia) -> torch.Tensor:
-        """[3, 1, T] M-RoPE ids. Isolated blocks each restart where the prefix ends, as if asked alone."""
-        if not prompt.isolated:
-            return self.backbone.position_ids(input_ids, media.tensors, media.use_audio_in_video)
-        prefix = self.backbone.position_ids(input_ids[:prompt.prefix_len], media.tensors, media.use_audio_in_video)
-        start = int(prefix.max()) + 1
-        blocks = [(start + torch.arange(b.end - b.start)).view(1, 1, -1).expand(3, 1, -1) for b in prompt.blocks]
-        return torch.cat([prefix, *blocks], dim=2)
+    def _complete(self, record: PreparedRecord) -> PreparedRecord:
+        """Build what a forward of the whole record needs: every media tensor and the [3, 1, T] M-RoPE ids.
+        Isolated blocks each restart where the prefix ends, as if asked alone."""
+        if record.position_ids is not None:
+            return record
+        record.media = media = record.media.complete()
+        prompt, ids = record.prompt, record.input_ids
+        if prompt.isolated:
+            prefix = self.backbone.position_ids(ids[:prompt.prefix_len], media.tensors, media.use_audio_in_video)
+            positions = torch.cat([prefix, self._after_prefix(prompt, int(prefix.max()) + 1)], dim=2)
+        else:
+            positions = self.backbone.position_ids(ids, media.tensors, media.use_audio_in_video)
+        record.position_ids = positions
+        record.suffix_position_ids = positions[:, :, prompt.prefix_len:]
+        return record
 
-    def _prefix_key(self, input_ids: torch.Tensor, positions: torch.Tensor, length: int, media_digest: str,
-                    heard: bool) -> str:
+    @staticmethod
+    def _after_prefix(prompt: EncodedPrompt, start: int) -> torch.Tensor:
+        """[3, 1, T - P]: text after the prefix continues at `start`; isolated, each block starts there again."""
+        runs = [b.end - b.start for b in prompt.blocks] if prompt.isolated else [len(prompt.input_ids) - prompt.prefix_len]
+        return torch.cat([(start + torch.arange(n)).view(1, 1, -1).expand(3, 1, -1) for n in runs], dim=2)
+
+    def _prefix_key(self, input_ids: torch.Tensor, length: int, media_digest: str, heard: bool) -> str:
+        """The prefix's ids, the content of its media and whether videos are heard (its position ids follow from
+        these), under this model's identity."""
         digest = hashlib.blake2b(digest_size=20)
         digest.update(f"{self._identity}|{media_digest}|{heard}|{length}|".encode())
         digest.update(input_ids[:length].numpy().tobytes())
-        digest.update(positions[:, :, :length].contiguous().numpy().tobytes())
         return digest.hexdigest()
 
     # ------------------------------------------------------------------------------------------------ forward
@@ -219,14 +243,14 @@ class ClefModel:
     def _full(self, records: list[PreparedRecord], rows: list[int],
               entries: dict[str, PrefixEntry] | None) -> list[list[torch.Tensor]]:
         """One forward of whole records (the path without a cache); their prefixes go to `entries` and the cache."""
-        chosen = [records[i] for i in rows]
-        batch = self.backbone.collate([(r.input_ids, r.position_ids, r.media) for r in chosen])
+        chosen = [self._complete(records[i]) for i in rows]
+        batch = self.backbone.collate([(r.input_ids, r.position_ids, r.media.tensors) for r in chosen])
         if entries is None:
             hidden = self.backbone.padded_hidden_states(batch)
         else:
             hidden, cache = self.backbone.prefill_with_cache(batch)
             for row, record in enumerate(chosen):
-                self._keep(record.prefix_key, entries, cache, row, hidden[row], record.prefix_len, store=True)
+                self._keep(record, entries, cache, row, hidden[row], store=True)
         head_device = self.head.hidden_norm.weight.device
         return self.head.forward_batch(hidden.to(head_device), batch.lengths, batch.input_ids.to(head_device),
                                        self.backbone.lexical_table, [r.prompt.spans for r in chosen])
@@ -234,53 +258,59 @@ class ClefModel:
     def _prefixes(self, records: list[PreparedRecord], rows: list[int], entries: dict[str, PrefixEntry],
                   store: bool) -> None:
         """One forward of the prefixes alone (isolated records whose prefix is not cached)."""
-        chosen = [records[i] for i in rows]
-        batch = self.backbone.collate([(r.input_ids[:r.prefix_len], r.position_ids[:, :, :r.prefix_len], r.media)
-                                       for r in chosen])
+        chosen = [self._complete(records[i]) for i in rows]
+        batch = self.backbone.collate([(r.input_ids[:r.prefix_len], r.position_ids[:, :, :r.prefix_len],
+                                        r.media.tensors) for r in chosen])
         hidden, cache = self.backbone.prefill_with_cache(batch)
         for row, record in enumerate(chosen):
-            self._keep(record.prefix_key, entries, cache, row, hidden[row], record.prefix_len, store)
+            self._keep(record, entries, cache, row, hidden[row], store)
 
-    def _keep(self, key: str, entries: dict[str, PrefixEntry], cache, row: int, hidden: torch.Tensor, length: int,
+    def _keep(self, record: PreparedRecord, entries: dict[str, PrefixEntry], cache, row: int, hidden: torch.Tensor,
               store: bool) -> None:
-        """Row `row`'s first `length` positions as a PrefixEntry, for this batch (and the cache when `store`)."""
+        """The record's prefix (row `row` of a forward) as a PrefixEntry, for this batch (and the cache when `store`)."""
+        key, length, positions = record.prefix_key, record.prefix_len, record.position_ids
         if key in entries:
             return
         entry = PrefixEntry(self.backbone.prefix_kv(cache, row, length), self.head.memory_rows(
-            hidden[:length].to(self.head.hidden_norm.weight.device)))
+            hidden[:length].to(self.head.hidden_norm.weight.device)), int(positions[:, 0, :length].max()) + 1)
         entries[key] = entry
         if store:
             self.prefixes.put(key, entry, entry.nbytes)
 
     def _continue(self, records: list[PreparedRecord], rows: list[int],
                   entries: dict[str, PrefixEntry]) -> list[_Unit]:
-        """Prefill what follows each cached prefix: joint records sharing a prefix together, isolated records each
-        with their block mask. Returns what the head must read."""
-        units: list[_Unit] = []
-        groups: dict[str, list[int]] = {}
+        """Prefill what follows each cached prefix. Every run after a prefix is a row: a joint record's schema, or
+        one block of an isolated record; rows sharing a prefix go through one forward (as many at a time as
+        CONTINUATION_BUDGET_BYTES of repeated keys/values allow). Returns what the head must read."""
+        runs: dict[str, list[tuple[int, int, int, RecordSpans]]] = {}    # prefix key -> (record, start, end, spans)
         for i in rows:
-            if records[i].prompt.isolated:
-                units += self._continue_isolated(i, records[i], entries[records[i].prefix_key])
+            record = records[i]
+            if record.prompt.isolated:
+                found = [(i, b.start, b.end, b.spans) for b in record.prompt.blocks]
             else:
-                groups.setdefault(records[i].prefix_key, []).append(i)
-        for key, members in groups.items():
-            units += self._continue_joint(members, [records[i] for i in members], entries[key])
+                found = [(i, record.prefix_len, len(record.input_ids), record.prompt.spans)]
+            runs.setdefault(record.prefix_key, []).extend(found)
+        units: list[_Unit] = []
+        for key, members in runs.items():
+            entry = entries[key]
+            per_call = max(1, CONTINUATION_BUDGET_BYTES // max(1, entry.nbytes - entry.memory.nbytes))
+            for start in range(0, len(members), per_call):
+                units += self._continue_rows(records, members[start:start + per_call], entry)
         return units
 
-    def _continue_joint(self, rows: list[int], chosen: list[PreparedRecord], entry: PrefixEntry) -> list[_Unit]:
-        prefix = chosen[0].prefix_len
-        batch = self.backbone.collate([(r.input_ids[prefix:], r.position_ids[:, :, prefix:], {}) for r in chosen])
+    def _continue_rows(self, records: list[PreparedRecord], runs: list[tuple[int, int, int, RecordSpans]],
+                       entry: PrefixEntry) -> list[_Unit]:
+        """One forward of runs that follow the same prefix (right-padded rows; each causal over prefix + itself)."""
+        pieces = []
+        for i, start, end, _ in runs:
+            record = records[i]
+            offset = start - record.prefix_len
+            pieces.append((record.input_ids[start:end], record.suffix_position_ids[:, :, offset:offset + end - start],
+                           {}))
+        batch = self.backbone.collate(pieces)
         hidden = self.backbone.continue_from(entry.kv, batch.input_ids, batch.position_ids)
-        return [_Unit(i, hidden[row, :n], r.input_ids[prefix:], r.prompt.spans.shifted(-prefix), entry.memory)
-                for row, (i, r, n) in enumerate(zip(rows, chosen, batch.lengths))]
-
-    def _continue_isolated(self, index: int, record: PreparedRecord, entry: PrefixEntry) -> list[_Unit]:
-        prefix, blocks = record.prefix_len, record.prompt.blocks
-        mask = self.backbone.block_mask(prefix, [b.end - b.start for b in blocks])
-        hidden = self.backbone.continue_from(entry.kv, record.input_ids[None, prefix:],
-                                             record.position_ids[:, :, prefix:], mask)[0]
-        return [_Unit(index, hidden[b.start - prefix:b.end - prefix], record.input_ids[b.start:b.end],
-                      b.spans.shifted(-b.start), entry.memory) for b in blocks]
+        return [_Unit(i, hidden[row, :end - start], records[i].input_ids[start:end], spans.shifted(-start),
+                      entry.memory) for row, (i, start, end, spans) in enumerate(runs)]
 
     def _head(self, hidden: list[torch.Tensor], input_ids: list[torch.Tensor], spans: list[RecordSpans],
               memory: list[torch.Tensor]) -> list[list[torch.Tensor]]:

@@ -45,7 +45,7 @@ def test_each_modality_alone_and_all_at_once(tiny_engine, media):
     # 96×64 is scaled up to the reference minimum of 65,536 px (multiples of 32: 320×192) → 10×6 merged patches... 
     assert image["x_usage"]["image"] == tiny_engine.model.prepare(parse_request(
         {"state": "s", "questions": QUESTIONS, "images": [data_url("image/png", media["png"])]},
-        tiny_engine.config)).media["image_grid_thw"].prod().item() // 4
+        tiny_engine.config)).media.tensors["image_grid_thw"].prod().item() // 4
     assert audio["x_usage"]["audio"] == 13                      # 1 s of audio = 13 tokens
     assert video["x_usage"]["video"] > 0 and video["x_usage"]["video_audio"] == 26   # heard soundtrack, 2 s
     assert every["x_usage"]["audio"] == 26 and every["x_usage"]["video_audio"] == 26
@@ -79,8 +79,8 @@ def test_explicit_positions_equal_get_rope_index(tiny_engine, media):
                                                 "images": [data_url("image/png", media["png"])]}, tiny_engine.config))
     ids = record.input_ids[None]
     want, _ = tiny_engine.model.backbone.thinker.model.get_rope_index(
-        ids, record.media["image_grid_thw"], record.media["video_grid_thw"], torch.ones_like(ids), True,
-        record.media["feature_attention_mask"].sum(-1), record.media["video_second_per_grid"])
+        ids, record.media.tensors["image_grid_thw"], record.media.tensors["video_grid_thw"], torch.ones_like(ids), True,
+        record.media.tensors["feature_attention_mask"].sum(-1), record.media.tensors["video_second_per_grid"])
     assert torch.equal(record.position_ids, want.long())
 
 

@@ -1,0 +1,54 @@
+"""Loopback `omni serve` processes for the benchmarks: start one on a free 127.0.0.1 port, wait until ready, stop.
+
+Knows nothing of what a benchmark measures; talks to the server only through /ready.
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]  # the servers' working directory
+OMNI = "import sys; from api.cli.main import main; sys.exit(main())"  # what the `omni` console script runs
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(args: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+    """Start `omni serve ARGS` on a free loopback port, logging to `log_path`; wait until /ready -> (process, url)."""
+    port = free_port()
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-c", OMNI, "serve", "--port", str(port), "--log-level", "warning",
+                             *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 300
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"omni serve exited ({proc.returncode}); see {log_path}")
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"omni serve not ready; see {log_path}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM, then kill if it has not exited within 60 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
