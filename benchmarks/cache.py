@@ -12,9 +12,9 @@ processes on a shared machine hits both alike; the headline is the median round)
    isolated call's prefix is not cached beforehand). Also: the 64 calls with the caches on (prefix hits).
 3. the same photo with a different state each time: media cache only (the prefix differs) vs caches off.
 4. memory: two `omni serve` processes (caches on with `--media-cache-mb` / `--prefix-cache-mb` budgets, and caches
-   off) each get 1,000 requests whose images are all distinct; their RSS is sampled as they go. The caches may
-   hold at most their budgets, so RSS(on) - RSS(off) must stay under the sum of the budgets and stop growing once
-   the caches are full.
+   off) each get 1,000 requests whose images are all distinct; their RSS is sampled every 50 requests, after a
+   0.2 s pause. The caches may hold at most their budgets, so RSS(on) - RSS(off) must stay under the sum of the
+   budgets and stop growing once the caches are full.
 
 Prints JSON lines and a summary. Not a test: nothing is asserted; figures depend on the machine.
 What it must not know: engine internals (it uses `DecisionEngine.decide`, HTTP, and the caches' public counters).
@@ -156,7 +156,8 @@ def memory(requests: int, budget_mb: float, threads: int) -> dict:
 
 
 def _drive(pid: int, url: str, images: list[bytes]) -> list[int]:
-    """One request per image (sequential, http.client); RSS in KiB after every 50."""
+    """One request per image (sequential, http.client); RSS in KiB after every 50, sampled after a 0.2 s pause (the
+    server settles: its heap trimmer runs after evictions, off the model thread)."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     samples = [rss_kib(pid)]
@@ -169,6 +170,7 @@ def _drive(pid: int, url: str, images: list[bytes]) -> list[int]:
         if response.status != 200:
             raise SystemExit(f"request {i}: HTTP {response.status}")
         if (i + 1) % 50 == 0:
+            time.sleep(0.2)
             samples.append(rss_kib(pid))
     connection.close()
     return samples

@@ -29,6 +29,15 @@ class CacheStats:
     budget_bytes: int = 0
 
 
+PAGE_BYTES = 4096
+
+
+def resident_bytes(*arrays) -> int:
+    """What tensors / numpy arrays occupy once allocated: each rounded up to whole 4 KiB pages (None counts 0).
+    Charging caches this, not the bare element bytes, keeps a process's resident memory near their budgets."""
+    return sum(-(-a.nbytes // PAGE_BYTES) * PAGE_BYTES for a in arrays if a is not None)
+
+
 class ByteLRU(Generic[V]):
     def __init__(self, budget_bytes: int):
         if budget_bytes < 0:

@@ -1,9 +1,18 @@
 """A loaded Clef-omni model: processor parts + prompt encoder + thinker backbone + joint-schema head.
 
 One pipeline for serving, evaluation and training. `prepare` is THE way a request becomes model inputs (media
-decoded and encoded, the reference prompt, explicit M-RoPE positions), on the CPU and thread-safe; `logits` /
-`probabilities` run one prefill for a batch of prepared records and one batched head pass. `from_config` finds the
-checkpoint (embedded default, directory or hub id), loads it strictly and applies calibration when asked.
+decoded and encoded through the media cache, the reference prompt, explicit M-RoPE positions), on the CPU and
+thread-safe; `logits` / `probabilities` run a batch of prepared records and one batched head pass.
+`from_config` finds the checkpoint (embedded default, directory or hub id), loads it strictly and applies
+calibration when asked.
+
+Remembering (clef-reference §5: exact because the backbone is causal and the prompt puts everything that does not
+depend on the questions first): the prefix of a record — system text, STATE:, media, state, schema header — is
+keyed by its ids and media content. Records whose prefix is not cached run whole, as without a cache, and leave it
+behind: each layer's keys/values and the head's memory rows (§3: the head attends to every row). A record whose
+prefix is cached prefills only what follows it, its positions continuing after the prefix. Isolated records
+(`x_isolation`) have one block per question, each read by the head with the prefix alone, as if asked alone.
+Only the model thread reads and fills the prefix cache; under grad (training) it is neither read nor filled.
 Knows nothing of HTTP, queues, answers' wire shape or the environment.
 """
 from __future__ import annotations
@@ -21,7 +30,7 @@ from omni.contract.config import EngineConfig
 from omni.contract.errors import CheckpointError
 from omni.contract.types import DecisionRequest
 from omni.model.backbone import KV, Backbone
-from omni.model.cache import ByteLRU, CacheStats
+from omni.model.cache import ByteLRU, CacheStats, resident_bytes
 from omni.model.checkpoint import CheckpointSource, check_checkpoint_files, locate_checkpoint, release_date
 from omni.model.head import JointSchemaHead, RecordSpans, load_joint_head, option_probabilities
 from omni.model.media import MediaEncoder, RequestMedia
@@ -75,7 +84,7 @@ class PrefixEntry:
 
     @property
     def nbytes(self) -> int:
-        return sum(k.nbytes + v.nbytes for k, v in self.kv) + self.memory.nbytes
+        return resident_bytes(*(t for pair in self.kv for t in pair), self.memory)
 
 
 @dataclass
@@ -293,7 +302,7 @@ class ClefModel:
         units: list[_Unit] = []
         for key, members in runs.items():
             entry = entries[key]
-            per_call = max(1, CONTINUATION_BUDGET_BYTES // max(1, entry.nbytes - entry.memory.nbytes))
+            per_call = max(1, CONTINUATION_BUDGET_BYTES // max(1, sum(k.nbytes + v.nbytes for k, v in entry.kv)))
             for start in range(0, len(members), per_call):
                 units += self._continue_rows(records, members[start:start + per_call], entry)
         return units

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from omni.model.cache import ByteLRU
+from omni.model.cache import ByteLRU, resident_bytes
 from preprocess.align import PlaceholderIds
 from preprocess.decode import decode_item
 from preprocess.item import MediaItem
@@ -65,7 +65,7 @@ class MediaEncoder:
                 encoding = encode_item(decode_item(item, self.limits, self.policy), item.slot,
                                        self.parts.image_processor)
                 if self.cache.enabled:
-                    self.cache.put(key, encoding, encoding.nbytes)
+                    self.cache.put(key, encoding, resident_bytes(encoding.patches, encoding.samples))
             else:
                 cached += 1
             digests.append(f"{item.slot}:{digest}")

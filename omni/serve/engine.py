@@ -20,6 +20,7 @@ from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
 from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
 from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
+from omni.serve.heap import HeapTrimmer
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class DecisionEngine:
         self._in_flight = 0
         self._decode_pool: ThreadPoolExecutor | None = None
         self._batcher = None
+        self._heap = HeapTrimmer()
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def load(self) -> DecisionEngine:
@@ -156,6 +158,7 @@ class DecisionEngine:
             log.exception("forward pass failed for a batch of %d", len(records))
             raise InferenceFailed("the model failed on this batch") from exc
         forward_ms = (time.perf_counter() - started) * 1e3
+        self._heap.after_batch(sum(stats.evictions for stats in self.model.cache_stats().values()))
         decisions = []
         for record, per_question in zip(records, probabilities):
             answers = build_answers(record.request.questions, [p.tolist() for p in per_question],

@@ -1,0 +1,55 @@
+"""HeapTrimmer: hands memory the caches freed back to the operating system, so a process's resident memory follows
+what the caches hold rather than what they once held.
+
+glibc keeps freed blocks inside its heaps; once caches evict entries of varying sizes, those holes stay resident
+(measured, benchmarks/cache.py: 1,000 requests with distinct photos left a server 26 MiB above its caches' 64 MiB
+of budgets; trimming after evictions keeps it under them). `malloc_trim(0)` releases the free pages of every heap.
+It takes milliseconds and the heaps' locks, so it runs on a thread of its own, woken after a batch in which the
+caches evicted something (at most once per `min_interval_s`); the model thread never waits for it. Where the C
+library has no `malloc_trim` (macOS, musl) nothing runs. Knows nothing of the caches beyond their eviction counters.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+import time
+from collections.abc import Callable
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+class HeapTrimmer:
+    def __init__(self, min_interval_s: float = 0.05, trim: Callable[[int], int] | None = None):
+        self.min_interval_s = min_interval_s
+        self._trim = trim or _malloc_trim()
+        self._seen_evictions = 0
+        self._wanted = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.trims = 0
+
+    def after_batch(self, evictions: int) -> bool:
+        """Ask for a trim when the caches evicted since the last call (returns at once); whether one was asked."""
+        if self._trim is None or evictions <= self._seen_evictions:
+            return False
+        self._seen_evictions = evictions
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="omni-heap-trim", daemon=True)
+                self._thread.start()
+        self._wanted.set()
+        return True
+
+    def _loop(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            self._trim(0)
+            self.trims += 1
+            time.sleep(self.min_interval_s)
