@@ -67,6 +67,9 @@ class SystemOneRequest(_Open):
                           "becomes `[image N]`, N its position among the request's images")
     files: list[str] | None = Field(None, description="llama.cpp: data URLs (image/audio/video)")
     truncate: bool = Field(True, description="false: refuse (413) instead of truncating a long state")
+    x_isolation: Literal["joint", "isolated"] | None = Field(
+        None, description="joint (the reference): the questions are decided together; isolated: each question as if "
+                          "asked alone about the same state and media. Default: the server's --isolation")
 
 
 class MultipartRequest(BaseModel):
