@@ -174,11 +174,6 @@ class ItemEncoding:
     seconds_per_grid: float | None = None
     samples: np.ndarray | None = None
 
-    @property
-    def nbytes(self) -> int:
-        return (self.patches.nbytes if self.patches is not None else 0) + \
-            (self.samples.nbytes if self.samples is not None else 0)
-
 
 def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo, slot: str, image_processor) -> ItemEncoding:
     """A decoded item of `slot` -> its ItemEncoding (the image processor for images, patchify for video frames)."""
