@@ -33,7 +33,10 @@ from preprocess.media import MediaLimits
 from preprocess.sniff import sniff_for_slot
 
 SAMPLE_RATE_HZ = 16_000
-MIN_SAMPLES = 400  # 25 ms = one n_fft window: the Whisper extractor cannot reflect-pad a lone shorter clip
+# The shortest clip Whisper's feature extractor can turn into one frame when nothing longer is in the same call: it
+# centres its 400-sample window with a reflection of 200 samples, which needs at least 201 (12.6 ms at 16 kHz).
+# Shorter clips are still heard beside a longer one (the extractor pads them); `omni.model.media` checks the request.
+HEARABLE_SAMPLES = 201
 _CHUNK_SAMPLES = 1 << 16
 _WAV_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streaming writers leave the data size at 0 or -1
 
@@ -234,8 +237,8 @@ def decode_audio(item: MediaItem, limits: MediaLimits = MediaLimits()) -> Decode
         decoded = _decode_wav(data, item, limits)
     else:
         decoded = _decode_with_av(data, container_name, item, limits)
-    if len(decoded.samples) < MIN_SAMPLES:
-        raise CorruptMedia(item, f"{len(decoded.samples)} samples decoded: no audio (need at least 25 ms)")
+    if len(decoded.samples) == 0:
+        raise CorruptMedia(item, "no audio samples in the file")
     if not np.isfinite(decoded.samples).all():
         raise CorruptMedia(item, "decoded samples are not finite (NaN or infinity)")
     return decoded

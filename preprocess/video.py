@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
-from preprocess.audio import MIN_SAMPLES, SAMPLE_RATE_HZ, MonoResampler, open_container, stream_seconds
+from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ, MonoResampler, open_container, stream_seconds
 from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
@@ -200,7 +200,7 @@ class _Soundtrack:
         samples = self.resampler.finish()
         if self.start_s is not None:
             samples = _align(samples, self.start_s, video_start_s)
-        return samples if len(samples) >= MIN_SAMPLES else None
+        return samples if len(samples) >= HEARABLE_SAMPLES else None   # shorter: a video without a soundtrack
 
 
 def _streams(container, item: MediaItem):

@@ -32,13 +32,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     server = parser.add_argument_group("server and engine (each also OMNI_<NAME>)")
     media = parser.add_argument_group("media limits (each also OMNI_MEDIA_<NAME>)")
     defaults = Settings()
-    for name in cli_fields():
+    for name, kind in cli_fields().items():
         if name in _NOT_FLAGS:
             continue
         group = media if is_media_limit(name) else server
         default = defaults.value_of(name)
         shown = ",".join(default) if isinstance(default, tuple) else default
-        group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None,
+        switch = {"nargs": "?", "const": "true"} if kind is bool else {}     # `--public-docs` alone means true
+        group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None, **switch,
                            help=f"default: {shown}" if name != "max_body_bytes" else
                            f"default: derived from the media limits ({defaults.body_cap_bytes})")
 

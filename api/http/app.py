@@ -58,7 +58,8 @@ def create_app(settings: Settings, engine: Any = None, *,
         await anyio.to_thread.run_sync(lambda: engine.stop(drain=True))
         log.info("engine stopped")
 
-    app = FastAPI(title="omni-decide", version=VERSION, lifespan=lifespan,
+    app = FastAPI(title="omni-decide", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None,   # served by routes.py, behind the API keys unless --public-docs
                   description="Self-hosted multimodal decisions: TypeSafe System One API, Clef-omni media.")
     app.state.service = svc
     app.include_router(router)

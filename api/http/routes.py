@@ -59,7 +59,26 @@ _bearer = HTTPBearer(auto_error=False, description="required only when the serve
 
 
 async def require_api_key(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    keys = service(request).settings.api_keys
+    _check_key(service(request).settings.api_keys, credentials)
+
+
+async def require_key_for_metrics(request: Request,
+                                  credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """/metrics: behind the keys, unless the server was started with --public-metrics."""
+    settings = service(request).settings
+    if not settings.public_metrics:
+        _check_key(settings.api_keys, credentials)
+
+
+async def require_key_for_docs(request: Request,
+                               credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """/docs and /openapi.json: behind the keys, unless the server was started with --public-docs."""
+    settings = service(request).settings
+    if not settings.public_docs:
+        _check_key(settings.api_keys, credentials)
+
+
+def _check_key(keys: tuple[str, ...], credentials: HTTPAuthorizationCredentials | None) -> None:
     if not keys:
         return  # auth off: a present Authorization header is accepted as is (SDKs always send one)
     if credentials is None or not credentials.credentials:
@@ -179,7 +198,20 @@ async def ready(request: Request) -> JSONResponse:
                         headers={"Retry-After": "5"})
 
 
-@router.get("/metrics", tags=["probes"], summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", dependencies=[Depends(require_key_for_metrics)], tags=["probes"], summary="Prometheus metrics",
+            response_class=Response, responses={401: schemas.ERROR_RESPONSES[401]})
 async def metrics(request: Request) -> Response:
     body, content_type = service(request).metrics.render()
     return Response(body, media_type=content_type)
+
+
+@router.get("/openapi.json", dependencies=[Depends(require_key_for_docs)], include_in_schema=False)
+async def openapi_document(request: Request) -> JSONResponse:
+    return JSONResponse(request.app.openapi())
+
+
+@router.get("/docs", dependencies=[Depends(require_key_for_docs)], include_in_schema=False)
+async def docs(request: Request) -> Response:
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} — API")

@@ -38,6 +38,8 @@ class Settings:
     parse_threads: int = 4                   # bounded pool for body decompression / JSON / base64 at the edge
     log_level: str = "info"
     drain_timeout_s: float | None = None     # SIGTERM grace; None = request_timeout_s + 5
+    public_docs: bool = False                # with API keys: /docs and /openapi.json open without a key
+    public_metrics: bool = False             # with API keys: /metrics open without a key
     engine: EngineConfig = field(default_factory=EngineConfig)
     unknown_env: tuple[str, ...] = ()        # OMNI_* names that matched nothing (logged at start)
 

@@ -7,6 +7,7 @@ Knows nothing of the request schema, HTTP, the model or files.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from omni.contract.errors import InvalidRequest
@@ -14,10 +15,30 @@ from omni.contract.errors import InvalidRequest
 MAX_JSON_DEPTH = 64     # nesting of state / instructions / descriptions; deeper is refused, never a RecursionError
 
 
+class NonFiniteNumber(ValueError):
+    """NaN, Infinity or a number too large for a float (1e999): not JSON, and not something answers can echo."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(f"the number {text[:32]} is too large")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise NonFiniteNumber(f"{name} is not a JSON number")
+
+
 def load_json(data: bytes | str, loc=()) -> Any:
-    """Parse a JSON document from a caller; every way it can be unreadable is an InvalidRequest (json_invalid)."""
+    """Parse a JSON document from a caller; every way it can be unreadable is an InvalidRequest (json_invalid).
+
+    NaN, Infinity and numbers that overflow a float (1e999) are refused here, wherever they are in the document:
+    answers echo criteria back (a score's legend) and JSON cannot carry them."""
     try:
-        return json.loads(data)
+        return json.loads(data, parse_float=_finite_float, parse_constant=_no_constant)
+    except NonFiniteNumber as exc:
+        problem = str(exc)
     except json.JSONDecodeError as exc:
         problem = exc.msg
     except UnicodeDecodeError as exc:
@@ -30,7 +51,8 @@ def load_json(data: bytes | str, loc=()) -> Any:
 
 
 def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
-    """Why a JSON value cannot be rendered into the prompt (too deep, or text that is not valid Unicode), else None.
+    """Why a JSON value cannot be rendered into the prompt or echoed in an answer (too deep, text that is not valid
+    Unicode, a number that is not finite), else None.
 
     Iterative, so a hostile depth cannot exhaust the stack while it is being checked.
     """
@@ -42,6 +64,8 @@ def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | Non
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 return "contains an unpaired surrogate (not valid Unicode text)"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "contains a number that is not finite (NaN or infinity)"
         elif isinstance(item, (dict, list)):
             if depth > max_depth:
                 return f"is nested more than {max_depth} levels deep"

@@ -19,7 +19,9 @@ from dataclasses import dataclass, replace
 
 from omni.model.cache import ByteLRU, resident_bytes
 from preprocess.align import PlaceholderIds
+from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ
 from preprocess.decode import decode_item
+from preprocess.errors import CorruptMedia
 from preprocess.item import MediaItem
 from preprocess.loader import IMAGE_PROCESSOR_KEYS, ProcessorParts
 from preprocess.media import MediaLimits, check_request
@@ -70,9 +72,21 @@ class MediaEncoder:
                 cached += 1
             digests.append(f"{item.slot}:{digest}")
             encodings.append(encoding)
+        _check_hearable(items, encodings)
         encoded = assemble_media(encodings, image_processor=self.parts.image_processor,
                                  feature_extractor=self.parts.feature_extractor,
                                  token_ids=PlaceholderIds.from_mapping(self.parts.special_ids, self.parts.newline_ids),
                                  **self.timing)
         tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
         return RequestMedia(replace(encoded, tokens_by_modality=tokens), ",".join(digests), cached, len(items))
+
+
+def _check_hearable(items: Sequence[MediaItem], encodings: Sequence[ItemEncoding]) -> None:
+    """Audio clips are encoded together; the longest must be long enough for one frame of features (a short clip
+    beside a longer one is padded and heard). Otherwise refuse the longest, saying how short it is."""
+    clips = [(len(e.samples), item) for item, e in zip(items, encodings) if item.slot == "audio"]
+    if clips and max(n for n, _ in clips) < HEARABLE_SAMPLES:
+        n, item = max(clips, key=lambda clip: clip[0])
+        raise CorruptMedia(item, f"{n / SAMPLE_RATE_HZ * 1000:.1f} ms of audio is too short to hear: the shortest clip "
+                                 f"is {HEARABLE_SAMPLES / SAMPLE_RATE_HZ * 1000:.1f} ms ({HEARABLE_SAMPLES} samples at "
+                                 f"16 kHz), unless a longer clip is sent with it")

@@ -118,3 +118,16 @@ def test_cli_media_flags_equal_json_forms(tiny_dir, media, tmp_path):
     assert json.loads(flags.stdout) == json.loads(via_json.stdout)
     bad = run_cli(["decide", "--model", str(tiny_dir), "--image", str(tmp_path / "fan.mp4"), str(tmp_path / "req.json")])
     assert bad.returncode == 2 and "images[0]" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_short_clips_are_heard_down_to_one_feature_frame(tiny_engine):
+    def clip(samples: int) -> dict:
+        return {"content_type": "audio/wav", "base64": base64.b64encode(wav_bytes(samples / 16000, 16000, 1)).decode()}
+
+    shortest = decide(tiny_engine, audio=[clip(201)])            # 12.6 ms: one frame of features, one audio token
+    assert shortest["x_usage"]["audio"] == 1
+    beside = decide(tiny_engine, audio=[clip(160), clip(16000)])  # 10 ms beside 1 s: padded, heard
+    assert beside["x_usage"]["audio"] == 1 + 13
+    with pytest.raises(CorruptMedia) as info:
+        decide(tiny_engine, audio=[clip(160)])                  # 10 ms alone: not one frame
+    assert info.value.label == "audio[0]" and "10.0 ms of audio is too short to hear" in str(info.value)

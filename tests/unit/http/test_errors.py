@@ -166,6 +166,21 @@ def test_auth_on_requires_one_of_the_configured_bearer_keys():
         assert client.get("/health").status_code == 200  # probes stay open
 
 
+def test_with_keys_only_the_probes_are_open_unless_docs_or_metrics_are_made_public():
+    key = {"Authorization": "Bearer k-1"}
+    with served(api_keys=("k-1",)) as (client, _):
+        for path in ("/metrics", "/docs", "/openapi.json", "/v1/models"):
+            request_error(client.get(path), 401, "authentication_error")
+            assert client.get(path, headers=key).status_code == 200, path
+        assert client.get("/health").status_code == 200 and client.get("/ready").status_code == 200
+    with served(api_keys=("k-1",), public_docs=True, public_metrics=True) as (client, _):
+        for path in ("/metrics", "/docs", "/openapi.json"):
+            assert client.get(path).status_code == 200, path
+        request_error(client.get("/v1/models"), 401, "authentication_error")
+    with served() as (client, _):                                     # no keys: everything is open
+        assert all(client.get(p).status_code == 200 for p in ("/metrics", "/docs", "/openapi.json", "/v1/models"))
+
+
 def test_not_ready_is_503_with_retry_after():
     gate = threading.Event()
     with served(model=FakeModel(load_gate=gate), wait=False) as (client, _):
