@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from omni.contract.errors import (
     CheckpointError,
@@ -51,6 +52,10 @@ class UnsupportedContentType(ApiError):
     """Content-Type or Content-Encoding this server does not read."""
 
 
+class BodyTimeout(ApiError):
+    """The body did not arrive within the configured body deadline."""
+
+
 class NoRoute(ApiError):
     """A Cloudflare model route this server does not run (e.g. @cf/cloudflare/clef-flash)."""
 
@@ -78,6 +83,10 @@ _INTERNAL = "internal error; quote the request id when reporting it"
 TABLE: dict[type[BaseException], Rule] = {
     Unauthorized: Rule(401, "authentication_error", 10000, headers=lambda e: {"WWW-Authenticate": "Bearer"}),
     BodyTooLarge: Rule(413, "request_too_large", 5021),
+    BodyTimeout: Rule(408, "request_timeout", 5012, headers=lambda e: {"Connection": "close"}),
+    # the client hung up mid-upload: nobody reads the answer; 499 (nginx's "client closed request") keeps it out of
+    # the 5xx counts and the error log
+    ClientDisconnect: Rule(499, "client_disconnected", 5012),
     UnsupportedContentType: Rule(415, "unsupported_media_type", 6003),
     NoRoute: Rule(400, "no_route", 7000),
     RequestValidationError: Rule(422, "validation_error", 5012, field=True),
@@ -126,6 +135,8 @@ def error_payload(exc: BaseException, request_id: str,
         error_type = _HTTP_TYPES.get(status, rule.error_type) if rule.status is None else rule.error_type
         message = rule.message(exc) if rule.message else str(exc)
         detail = {"error_type": error_type, "message": message}
+    if status == 499:
+        log.info("request %s: the client disconnected before its body arrived", request_id)
     if status == 500:  # a bug or a device fault: log everything, show nothing
         log.error("request %s failed: %s", request_id, type(exc).__name__, exc_info=exc)
         detail = {"error_type": "internal_error", "message": f"{_INTERNAL} ({request_id})"}

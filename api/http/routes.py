@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.http import schemas
-from api.http.errors import BodyTooLarge, Unauthorized
+from api.http.errors import BodyTimeout, BodyTooLarge, Unauthorized
 from api.http.metrics import Metrics
 from api.http.settings import Settings
 from api.http.transport import check_content_headers, decompress, read_body
@@ -112,7 +112,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     if not svc.engine.ready:
         raise NotReady("the model is still loading")
     check_content_headers(request.headers.get("content-type"), request.headers.get("content-encoding"))
-    raw = await _read_capped(request, svc.settings.body_cap_bytes)
+    raw = await _read_capped(request, svc.settings.body_cap_bytes, svc.settings.body_timeout_s)
 
     t_parse = time.monotonic()
     prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body)
@@ -143,15 +143,23 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     return decision, ", ".join(entries)
 
 
-async def _read_capped(request: Request, cap_bytes: int) -> bytes:
+async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> bytes:
+    """The whole body, or BodyTooLarge past the cap, BodyTimeout when it has not all arrived within `timeout_s`
+    (a client that announces 500 bytes and sends 2 gets its 408 and frees the connection), and ClientDisconnect when
+    the client hangs up mid-upload."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap_bytes:
         raise BodyTooLarge(f"body of {declared} bytes is over the {cap_bytes}-byte limit")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap_bytes:
-            raise BodyTooLarge(f"body is over the {cap_bytes}-byte limit")
+    try:
+        with anyio.fail_after(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > cap_bytes:
+                    raise BodyTooLarge(f"body is over the {cap_bytes}-byte limit")
+    except TimeoutError:
+        raise BodyTimeout(f"the request body did not arrive within {timeout_s:g} s ({len(body)} bytes received); "
+                          "send it in one go or raise --body-timeout-s") from None
     return bytes(body)
 
 

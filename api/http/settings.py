@@ -38,6 +38,7 @@ class Settings:
     parse_threads: int = 4                   # bounded pool for body decompression / JSON / base64 at the edge
     log_level: str = "info"
     drain_timeout_s: float | None = None     # SIGTERM grace; None = request_timeout_s + 5
+    body_timeout_s: float = 30.0             # a request body must arrive within this, else 408
     public_docs: bool = False                # with API keys: /docs and /openapi.json open without a key
     public_metrics: bool = False             # with API keys: /metrics open without a key
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -198,6 +199,8 @@ def _check(s: Settings) -> None:
         raise SettingsError(f"port must be 1..65535, got {s.port}")
     if s.max_body_bytes is not None and s.max_body_bytes < 1024:
         raise SettingsError(f"max_body_bytes must be >= 1024, got {s.max_body_bytes}")
+    if not s.body_timeout_s > 0:
+        raise SettingsError(f"body_timeout_s must be > 0, got {s.body_timeout_s}")
     if s.drain_timeout_s is not None and s.drain_timeout_s < 0:
         raise SettingsError(f"drain_timeout_s must be >= 0, got {s.drain_timeout_s}")
     if any(not k for k in s.api_keys):
