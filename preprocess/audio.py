@@ -202,7 +202,8 @@ def open_container(data: bytes, item: MediaItem) -> av.container.InputContainer:
     try:
         return av.open(io.BytesIO(data), mode="r", metadata_errors="replace")
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError, OSError) as exc:
-        raise CorruptMedia(item, f"cannot open container ({exc})") from None
+        raise CorruptMedia(item, "the file cannot be opened: it is damaged, truncated or not what its first bytes say",
+                           raw=str(exc)) from None
 
 
 def _decode_with_av(data: bytes, container_name: str, item: MediaItem, limits: MediaLimits) -> DecodedAudio:
@@ -225,7 +226,8 @@ def _decode_with_av(data: bytes, container_name: str, item: MediaItem, limits: M
         except MediaError:
             raise
         except (av.error.FFmpegError, ValueError, MemoryError) as exc:
-            raise CorruptMedia(item, f"cannot decode {container_name} audio ({exc})") from None
+            raise CorruptMedia(item, f"the {container_name} audio cannot be decoded: the file is damaged or truncated",
+                               raw=str(exc)) from None
     return DecodedAudio(samples, resampler.source_sample_rate_hz, resampler.source_channels, container_name)
 
 

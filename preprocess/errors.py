@@ -1,4 +1,6 @@
-"""Typed media errors. Every error carries the `MediaItem` it is about and says what broke (and which limit).
+"""Typed media errors. Every error carries the `MediaItem` it is about and says what broke (and which limit) in words
+a caller understands; what the decoding library said (errno numbers, function and class names, reprs) is kept apart
+in `raw`, for the server log only.
 
 Knows nothing of HTTP: the status codes live in `api/http/errors.py` (415 unsupported, 413 too large, 422 corrupt).
 """
@@ -15,9 +17,10 @@ class MediaError(Exception):
 
     type = "media_error"
 
-    def __init__(self, item: MediaItem, msg: str):
+    def __init__(self, item: MediaItem, msg: str, raw: str | None = None):
         self.item = item
         self.detail = msg
+        self.raw = raw          # the library's own words (errno, class names): for the server log, never the caller
         super().__init__(f"{item.label}: {self.message}")
 
     @property

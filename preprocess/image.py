@@ -50,10 +50,11 @@ def _open(data: bytes, container: str, item: MediaItem, limits: MediaLimits) -> 
         # limit (ours is lower and refuses right after); a warning escalated to an error is caught below.
         return Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[container]])
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise MediaTooLarge(item, f"header claims a decompression bomb ({exc}), over max_image_pixels="
-                                   f"{limits.max_image_pixels}") from None
+        raise MediaTooLarge(item, f"the header claims more pixels than max_image_pixels={limits.max_image_pixels} "
+                                  "(a decompression bomb)", raw=str(exc)) from None
     except _DECODE_ERRORS as exc:
-        raise CorruptMedia(item, f"unreadable {container} header ({type(exc).__name__}: {exc})") from None
+        raise CorruptMedia(item, f"the {container} header cannot be read: the file is damaged or truncated",
+                           raw=f"{type(exc).__name__}: {exc}") from None
 
 
 def _check_header(image: Image.Image, item: MediaItem, limits: MediaLimits) -> None:
@@ -111,5 +112,6 @@ def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> Decode
             raise MediaTooLarge(item, f"decompression bomb, over max_image_pixels={limits.max_image_pixels}"
                                 ) from None
         except _DECODE_ERRORS as exc:
-            raise CorruptMedia(item, f"cannot decode {container} ({type(exc).__name__}: {exc})") from None
+            raise CorruptMedia(item, f"the {container} image cannot be decoded: the file is damaged or truncated",
+                               raw=f"{type(exc).__name__}: {exc}") from None
     return DecodedImage(pixels=np.ascontiguousarray(pixels), container=container)

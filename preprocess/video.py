@@ -255,7 +255,8 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
         except MediaError:
             raise
         except (av.error.FFmpegError, ValueError, MemoryError) as exc:
-            raise CorruptMedia(item, f"cannot decode {container_name} ({exc})") from None
+            raise CorruptMedia(item, f"the {container_name} video cannot be decoded: the file is damaged or truncated",
+                               raw=str(exc)) from None
     if not sampler.frames:
         raise CorruptMedia(item, f"no decodable video frames ({bad_packets} bad packets)")
     frames = sampler.frames + sampler.frames[-1:] * (len(sampler.frames) % 2)

@@ -137,6 +137,8 @@ def error_payload(exc: BaseException, request_id: str,
         detail = {"error_type": error_type, "message": message}
     if status == 499:
         log.info("request %s: the client disconnected before its body arrived", request_id)
+    if getattr(exc, "raw", None):     # what a library said, kept from the caller
+        log.info("request %s: %s (%s)", request_id, type(exc).__name__, exc.raw)
     if status == 500:  # a bug or a device fault: log everything, show nothing
         log.error("request %s failed: %s", request_id, type(exc).__name__, exc_info=exc)
         detail = {"error_type": "internal_error", "message": f"{_INTERNAL} ({request_id})"}

@@ -59,7 +59,8 @@ def _bounded_zstd(data: bytes, cap_bytes: int) -> bytes:
         with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
             out = reader.read(cap_bytes + 1)
     except zstandard.ZstdError as exc:
-        raise InvalidRequest.one((), f"body is not valid zstd: {exc}", "body_decoding") from None
+        raise InvalidRequest.one((), "the body is not valid zstd (Content-Encoding: zstd)", "body_decoding",
+                                 raw=str(exc)) from None
     if len(out) > cap_bytes:
         raise BodyTooLarge(f"decompressed body is over the {cap_bytes}-byte limit")
     return out
@@ -70,7 +71,8 @@ def _bounded_zlib(data: bytes, cap_bytes: int, wbits: int) -> bytes:
     try:
         out = d.decompress(data, cap_bytes + 1)  # max_length: a bomb stops here
     except zlib.error as exc:
-        raise InvalidRequest.one((), f"body is not valid gzip/deflate: {exc}", "body_decoding") from None
+        raise InvalidRequest.one((), "the body is not valid gzip/deflate (Content-Encoding)", "body_decoding",
+                                 raw=str(exc)) from None
     if len(out) > cap_bytes:
         raise BodyTooLarge(f"decompressed body is over the {cap_bytes}-byte limit")
     if not d.eof:
@@ -140,7 +142,8 @@ def split_multipart(data: bytes, content_type: str, max_parts: int) -> list[_Raw
         parser.write(data)
         parser.finalize()
     except FormParserError as exc:
-        raise InvalidRequest.one((), f"malformed multipart body: {exc}", "multipart_invalid") from None
+        raise InvalidRequest.one((), "malformed multipart/form-data body: its boundary or part headers are broken",
+                                 "multipart_invalid", raw=str(exc)) from None
     return parts
 
 

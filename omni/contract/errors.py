@@ -27,13 +27,14 @@ class OmniError(Exception):
 class InvalidRequest(OmniError):
     """The request breaks a rule of the schema or a configured limit. Carries every issue found."""
 
-    def __init__(self, issues: list[Issue] | tuple[Issue, ...]):
+    def __init__(self, issues: list[Issue] | tuple[Issue, ...], raw: str | None = None):
         self.issues = tuple(issues)
+        self.raw = raw          # a library's own words, for the server log only
         super().__init__("; ".join(f"{'.'.join(map(str, i.loc))}: {i.msg}" for i in self.issues))
 
     @classmethod
-    def one(cls, loc: Loc, msg: str, type: str = "value_error") -> InvalidRequest:
-        return cls([Issue(tuple(loc), msg, type)])
+    def one(cls, loc: Loc, msg: str, type: str = "value_error", raw: str | None = None) -> InvalidRequest:
+        return cls([Issue(tuple(loc), msg, type)], raw)
 
 
 class Issues:

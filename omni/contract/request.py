@@ -27,6 +27,12 @@ from omni.contract.types import (
 )
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """A caller's value as a message quotes it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _is_entry(value: Any) -> bool:
     return isinstance(value, (str, dict, list))
 
@@ -87,7 +93,7 @@ def _question(qid: str, raw: Any, config: EngineConfig, issues: Issues,
         issues.add(loc + ("type",), "Field required", "missing")
         return None
     if qtype not in QUESTION_TYPES:
-        issues.add(loc, f"Input tag {qtype!r} found using 'type' does not match any of the expected tags: 'noul', "
+        issues.add(loc, f"Input tag {_shown(qtype)} found using 'type' does not match any of the expected tags: 'noul', "
                    "'choice', 'score'", "union_tag_invalid")
         return None
     instructions = replace_placeholders(raw.get("instructions"), replacements)

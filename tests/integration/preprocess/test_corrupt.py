@@ -1,6 +1,8 @@
 """Every committed corrupt or lying file raises its typed error, naming the item, without hanging."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fixtures.make_corrupt import CORRUPT_DIR, EXPECTED
@@ -48,3 +50,15 @@ def test_decode_media_names_the_bad_item_among_good_ones():
     assert info.value.label == "videos[1]"
     decoded = decode_media(good)
     assert (len(decoded.images), len(decoded.audio), len(decoded.videos)) == (1, 1, 1)
+
+
+LIBRARY_WORDS = re.compile(r"0x[0-9a-f]{4,}|object at|errno|Errno|Error\b|Exception|<[a-z_.]+|Traceback|avcodec|"
+                           r"avformat|PIL|av\.|Image\.|\(\)")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_messages_are_plain_words_and_the_library_detail_stays_apart(name, bounded):
+    slot, _ = EXPECTED[name]
+    with pytest.raises(errors.MediaError) as info:
+        bounded(decode_item, media_item(slot, (CORRUPT_DIR / name).read_bytes(), 1), seconds=10)
+    assert not LIBRARY_WORDS.search(info.value.message), info.value.message

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -316,3 +317,17 @@ def test_the_cloudflare_envelope_keeps_the_status_and_headers_and_adds_the_code(
     assert error_payload(InvalidRequest.one(("questions", "q"), "bad"), "r", "cloudflare")[1]["errors"][0][
         "message"] == "questions.q: bad"
     assert "secret" not in json.dumps(error_payload(KeyError("secret"), "rid-9", "cloudflare")[1])
+
+
+@pytest.mark.parametrize("content, headers", [
+    (b"\x28\xb5\x2f\xfd garbage", {"Content-Type": "application/json", "Content-Encoding": "zstd"}),
+    (b"\x1f\x8b garbage", {"Content-Type": "application/json", "Content-Encoding": "gzip"}),
+    (b"--x\r\nnot a header\r\n\r\n", {"Content-Type": "multipart/form-data; boundary=y"})])
+def test_transport_failures_are_plain_words_with_the_library_detail_in_the_log(content, headers, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="api.http.errors"), served() as (client, _):
+        r = client.post("/v1/systemone", content=content, headers={**headers, "x-request-id": "plain-1"})
+    message = field_error(r, 422)[0]["msg"]
+    assert not re.search(r"Error\b|errno|0x[0-9a-f]{4}|object at|\(\)", message), message
+    assert any("plain-1" in rec.getMessage() for rec in caplog.records)      # the raw detail, under the request id
