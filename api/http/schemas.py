@@ -110,7 +110,9 @@ class SystemOneResponse(BaseModel):
     model: str
     answers: dict[str, Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]]
     usage: Usage
-    x_truncated_state_tokens: int | None = Field(None, description="state tokens cut to fit the context")
+    x_truncated_state_tokens: int | None = Field(
+        None, description="state tokens cut to fit the context (estimated when the state is far longer than fits)")
+    x_truncated_state_chars: int | None = Field(None, description="state characters cut to fit the context (exact)")
     x_usage: dict[str, int] | None = Field(None, description="input tokens by modality")
 
 

@@ -92,7 +92,8 @@ class Decision:
     model: str
     answers: dict[str, dict]
     usage: Usage
-    truncated_state_tokens: int = 0
+    truncated_state_tokens: int = 0          # exact, or estimated when the state was read only as far as it fits
+    truncated_state_chars: int = 0           # exact
     tokens_by_modality: dict[str, int] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
     batch_size: int = 1
@@ -107,6 +108,7 @@ class Decision:
         }
         if self.truncated_state_tokens:
             body["x_truncated_state_tokens"] = self.truncated_state_tokens
+            body["x_truncated_state_chars"] = self.truncated_state_chars
         if self.tokens_by_modality:
             body["x_usage"] = dict(self.tokens_by_modality)
         return body

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from omni.contract.errors import CheckpointError
+from omni.model import attention
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ class Backbone:
             raise CheckpointError(f"could not load the backbone from {directory}: {exc}") from exc
         _check_loading_info(info)
         thinker = model.thinker.eval()
+        if attn_implementation == "sdpa":       # the text layers: causal SDPA that also continues caches, maskless
+            thinker.set_attn_implementation({"text_config": attention.register()})
         lexical_table = thinker.lm_head.weight.detach()
         thinker.lm_head = nn.Identity()
         thinker.requires_grad_(False)
@@ -183,6 +186,28 @@ class Backbone:
         return tuple((layer.keys[row:row + 1, :, :length].clone(), layer.values[row:row + 1, :, :length].clone())
                      for layer in cache.layers)
 
+    def chunk_cache(self, capacity: int) -> Any:
+        """An empty key/value cache for one record's prefill in chunks, room for `capacity` positions per layer."""
+        from transformers import Cache
+
+        layers = self.thinker.config.text_config.num_hidden_layers
+        return Cache(layers=[_preallocated_layer(capacity) for _ in range(layers)])
+
+    def prefill_chunk(self, cache: Any, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                      media: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The next chunk of one record: input_ids [S], position_ids [3, 1, S], the media whose placeholders are in it
+        -> final-norm hidden states [S, H]; its keys/values are appended to `cache` (`chunk_cache`)."""
+        media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
+                 for k, v in media.items()}
+        output = self.thinker.model(input_ids=input_ids[None].to(self.device), position_ids=position_ids.to(self.device),
+                                    past_key_values=cache, use_cache=True, **media)
+        return output.last_hidden_state[0]
+
+    @staticmethod
+    def cached_kv(cache: Any) -> KV:
+        """The keys/values a chunked prefill left in its cache (views of its buffers: no copy)."""
+        return tuple((layer.keys, layer.values) for layer in cache.layers)
+
     def continue_from(self, kv: KV, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Prefill tokens that follow a cached prefix: input_ids [K, S] (right-padded), position_ids [3, K, S], the
         prefix's keys/values (one row, repeated for the K rows) -> final-norm hidden states [K, S, H]. Each row is
@@ -195,6 +220,39 @@ class Backbone:
         output = self.thinker.model(input_ids=input_ids.to(self.device), position_ids=position_ids.to(self.device),
                                     past_key_values=cache, use_cache=False)
         return output.last_hidden_state
+
+
+def _preallocated_layer(capacity: int):
+    """A transformers cache layer whose keys/values live in one buffer of a known final length: appending a chunk
+    copies only the chunk (the default layer's growing `torch.cat` copies everything so far at every chunk)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        is_croppable = False
+
+        def __init__(self):
+            super().__init__()
+            self.length = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.dtype, self.device = key_states.dtype, key_states.device
+                self._keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+                self._values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+                self.is_initialized = True
+            end = self.length + key_states.shape[-2]
+            if end > capacity:
+                raise RuntimeError(f"chunked prefill past its cache's capacity ({end} > {capacity})")
+            self._keys[:, :, self.length:end] = key_states
+            self._values[:, :, self.length:end] = value_states
+            self.length = end
+            self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+    return PreallocatedLayer()
 
 
 def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

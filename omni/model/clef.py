@@ -69,6 +69,10 @@ class PreparedRecord:
         return self.prompt.state_tokens_dropped
 
     @property
+    def truncated_state_chars(self) -> int:
+        return self.prompt.state_chars_dropped
+
+    @property
     def prefix_len(self) -> int:
         return self.prompt.prefix_len
 

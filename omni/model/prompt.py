@@ -37,6 +37,24 @@ def option_semantics(option_id: str, description: Any) -> dict:
     return semantics
 
 
+READ_WHOLE_CHARS_PER_TOKEN = 8       # a state up to 8 characters per token of room is tokenized whole
+CUT_MARGIN_CHARS = 2048              # tokens ending this close to a cut are not trusted
+
+
+@dataclass(frozen=True)
+class StateTokens:
+    """The state's kept ids, its token count (exact, or estimated when only a prefix was read), dropped characters."""
+
+    ids: list[int]
+    total_tokens: int
+    exact: bool
+    dropped_chars: int
+
+    @property
+    def dropped_tokens(self) -> int:
+        return self.total_tokens - len(self.ids)
+
+
 @dataclass(frozen=True)
 class Block:
     """A run of schema tokens after the prefix that the head reads together with the prefix: [start, end) in the
@@ -57,8 +75,10 @@ class EncodedPrompt:
     blocks: tuple[Block, ...]
     prefix_len: int
     state_tokens_kept: int
-    state_tokens_dropped: int
+    state_tokens_dropped: int          # exact, or estimated when the state was read only as far as it fits
     isolated: bool = False
+    state_chars_dropped: int = 0
+    state_count_exact: bool = True
 
     @property
     def spans(self) -> RecordSpans:
@@ -103,9 +123,7 @@ class PromptEncoder:
         """The record's ids and spans; `isolated`: one block per question instead of one joint schema."""
         groups = [[q] for q in request.questions] if isolated else [list(request.questions)]
         block_segments = [self.schema_segments(group) for group in groups]
-        texts = [render(request.state)] + [text for segments in block_segments for _, text in segments]
-        segment_ids = self._ids(texts)
-        state_ids, pieces = segment_ids[0], iter(segment_ids[1:])
+        pieces = iter(self._ids([text for segments in block_segments for _, text in segments]))
         blocks = [self._block(segments, pieces, group) for segments, group in zip(block_segments, groups)]
 
         head_ids = list(self.prefix_ids) + list(media_ids)
@@ -113,19 +131,48 @@ class PromptEncoder:
         if fixed > self.max_context_tokens:
             raise ContextTooLong(("questions",), f"schema requires {fixed} tokens before state; maximum is "
                                  f"{self.max_context_tokens}", fixed, self.max_context_tokens)
-        kept = min(len(state_ids), self.max_context_tokens - fixed)
-        dropped = len(state_ids) - kept
-        if dropped and not request.truncate:
-            raise ContextTooLong(("state",), f"the request needs {fixed + len(state_ids)} tokens; maximum context "
+        state = self.state_tokens(render(request.state), self.max_context_tokens - fixed)
+        if state.dropped_tokens and not request.truncate:
+            needed = f"{fixed + state.total_tokens}" if state.exact else f"more than {self.max_context_tokens}"
+            raise ContextTooLong(("state",), f"the request needs {needed} tokens; maximum context "
                                  f"length is {self.max_context_tokens} (send \"truncate\": true to cut the state's "
-                                 f"tail)", fixed + len(state_ids), self.max_context_tokens)
-        input_ids = head_ids + state_ids[:kept] + list(self.schema_header_ids)
+                                 f"tail)", fixed + state.total_tokens, self.max_context_tokens)
+        kept = len(state.ids)
+        input_ids = head_ids + state.ids + list(self.schema_header_ids)
         prefix_len = len(input_ids)
         placed = []
         for ids, spans in blocks:
             placed.append(Block(len(input_ids), len(input_ids) + len(ids), spans.shifted(len(input_ids))))
             input_ids += ids
-        return EncodedPrompt(input_ids, tuple(placed), prefix_len, kept, dropped, isolated)
+        return EncodedPrompt(input_ids, tuple(placed), prefix_len, kept, state.dropped_tokens, isolated,
+                             state.dropped_chars, state.exact)
+
+    def state_tokens(self, text: str, budget: int) -> StateTokens:
+        """The state's first `budget` tokens, tokenizing only about as far as they reach.
+
+        A state up to READ_WHOLE_CHARS_PER_TOKEN x budget characters (plus a margin) is tokenized whole, as the
+        reference does. A longer one is tokenized a prefix at a time (doubling): only tokens that end more than
+        CUT_MARGIN_CHARS before the cut are trusted, since tokens near a cut may merge differently once the text
+        goes on; the first `budget` of them are the reference's first `budget`. Time and memory then follow the
+        context, not the body; what was dropped is counted exactly in characters and estimated in tokens.
+        """
+        limit = READ_WHOLE_CHARS_PER_TOKEN * max(budget, 1) + CUT_MARGIN_CHARS
+        while True:
+            whole = len(text) <= limit
+            encoded = self.tokenizer(text if whole else text[:limit], add_special_tokens=False,
+                                     return_offsets_mapping=True)
+            ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+            if whole:
+                kept_end = offsets[budget - 1][1] if 0 < budget < len(ids) else (0 if budget == 0 else len(text))
+                return StateTokens(ids[:budget], len(ids), True, len(text) - kept_end if len(ids) > budget else 0)
+            trusted_end = limit - CUT_MARGIN_CHARS
+            trusted = [i for i, (_, end) in zip(ids, offsets) if end <= trusted_end]
+            if len(trusted) > budget:
+                kept_end = offsets[budget - 1][1] if budget else 0
+                chars_per_token = max(kept_end, 1) / max(budget, 1)
+                estimate = len(trusted) - budget + round((len(text) - trusted_end) / chars_per_token)
+                return StateTokens(trusted[:budget], budget + estimate, False, len(text) - kept_end)
+            limit *= 2
 
     def _block(self, segments, pieces, questions) -> tuple[list[int], RecordSpans]:
         """One block's ids (its schema segments, then the suffix) and its spans relative to the block's start."""

@@ -42,6 +42,9 @@ class PreparedInputs(Protocol):
     @property
     def truncated_state_tokens(self) -> int: ...
 
+    @property
+    def truncated_state_chars(self) -> int: ...
+
 
 class DecisionModel(Protocol):
     """The model surface the engine runs: `prepare` off the model thread, `probabilities` on it."""
@@ -166,6 +169,7 @@ class DecisionEngine:
             decisions.append(Decision(
                 model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
                 truncated_state_tokens=record.truncated_state_tokens,
+                truncated_state_chars=record.truncated_state_chars,
                 tokens_by_modality=dict(record.tokens_by_modality),
                 timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=len(records),
                 cache=dict(record.cache)))

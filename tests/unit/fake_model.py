@@ -36,6 +36,7 @@ class FakeRecord:
     tokens_by_modality: dict[str, int]
     timings_ms: dict[str, float] = field(default_factory=lambda: {"decode": 0.1, "encode": 0.1})
     truncated_state_tokens: int = 0
+    truncated_state_chars: int = 0
     cache: dict[str, str] = field(default_factory=dict)
 
 

@@ -15,8 +15,11 @@ SPECIAL_IDS = {s: 1_000_000 + i for i, s in enumerate(SPECIALS)}
 class CharTokenizer:
     """One token per character (code point), chat markers as single tokens — as in the reference's own test."""
 
-    def __call__(self, texts, add_special_tokens=False):
+    def __call__(self, texts, add_special_tokens=False, return_offsets_mapping=False):
         assert add_special_tokens is False
+        if isinstance(texts, str):          # one text with offsets, as the state is read (no specials in states)
+            ids = self.encode(texts)
+            return {"input_ids": ids, "offset_mapping": [(i, i + 1) for i in range(len(ids))]}
         return {"input_ids": [self.encode(t) for t in texts]}
 
     @staticmethod
