@@ -18,7 +18,7 @@ _AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars",
                  "max_batch_tokens", "max_queue", "decode_threads")
 _AT_LEAST_TWO = ("max_choice_options", "max_score_levels")
 _NOT_NEGATIVE = ("torch_threads", "probability_decimals", "max_wait_ms", "inline_prepare_max_chars", "media_cache_mb",
-                 "prefix_cache_mb")
+                 "prefix_cache_mb", "prefill_chunk_tokens")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class EngineConfig:
     isolation: str = "joint"                # default of x_isolation: joint (the reference) or isolated
     media_cache_mb: float = 512.0           # per-item media encodings kept, by content (0 = off)
     prefix_cache_mb: float = 1024.0         # prompt prefixes' keys/values + head memory rows, on the device (0 = off)
+    prefill_chunk_tokens: int = 1024        # longer prefixes are prefilled a chunk at a time, others served between
     media: MediaLimits = field(default_factory=MediaLimits)
     cache_dir: str | None = None            # where the embedded tiny default is built; None = ~/.cache/omni-decide
 

@@ -23,6 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -59,6 +60,8 @@ class PreparedRecord:
     prefix_key: str = ""               # everything before the first question, hashed (the prefix cache's key)
     timings_ms: dict[str, float] = field(default_factory=dict)   # decode, encode
     cache: dict[str, str] = field(default_factory=dict)          # media / prefix: hit, partial, miss (off: absent)
+    prefix_entry: PrefixEntry | None = None    # its prefix, once prefilled in chunks
+    progress: _Chunks | None = None            # a chunked prefill under way
 
     @property
     def num_tokens(self) -> int:
@@ -92,6 +95,15 @@ class PrefixEntry:
 
 
 @dataclass
+class _Chunks:
+    """A prefix being prefilled a chunk at a time: the cache so far, the memory rows so far, tokens done."""
+
+    cache: Any
+    memory: list[torch.Tensor] = field(default_factory=list)
+    done: int = 0
+
+
+@dataclass
 class _Unit:
     """What the head reads for one block that follows a computed prefix: its rows, ids, spans (row indices)."""
 
@@ -105,13 +117,15 @@ class _Unit:
 class ClefModel:
     def __init__(self, backbone: Backbone, head: JointSchemaHead, parts: ProcessorParts, source: CheckpointSource, *,
                  max_context_tokens: int = 64_000, media_limits: MediaLimits = MediaLimits(),
-                 media_cache_bytes: int = 0, prefix_cache_bytes: int = 0, isolation: str = "joint"):
+                 media_cache_bytes: int = 0, prefix_cache_bytes: int = 0, isolation: str = "joint",
+                 prefill_chunk_tokens: int = 0):
         self.backbone = backbone
         self.head = head
         self.parts = parts
         self.source = source
         self.media_limits = media_limits
         self.isolation = isolation
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self.prompt_encoder = PromptEncoder(parts.tokenizer, max_context_tokens)
         self.media = MediaEncoder(parts, media_limits, media_cache_bytes, **backbone.media_timing)
         self.prefixes: ByteLRU[PrefixEntry] = ByteLRU(prefix_cache_bytes)
@@ -126,7 +140,8 @@ class ClefModel:
                          attn_implementation=config.attn_implementation, max_context_tokens=config.max_context_tokens,
                          media_limits=config.media, tiny_default=config.model_path is None,
                          media_cache_bytes=int(config.media_cache_mb * MiB),
-                         prefix_cache_bytes=int(config.prefix_cache_mb * MiB), isolation=config.isolation)
+                         prefix_cache_bytes=int(config.prefix_cache_mb * MiB), isolation=config.isolation,
+                         prefill_chunk_tokens=config.prefill_chunk_tokens)
         if config.calibration:
             from omni.model.calibration import load_calibration
 
@@ -141,7 +156,8 @@ class ClefModel:
              media_limits: MediaLimits = MediaLimits(), tiny_default: bool = False, **caching) -> ClefModel:
         """A checkpoint directory in the released layout, loaded strictly (CheckpointError naming what is wrong).
 
-        `caching`: media_cache_bytes, prefix_cache_bytes (0 = off, the default here) and isolation.
+        `caching`: media_cache_bytes, prefix_cache_bytes, prefill_chunk_tokens (0 = off, the defaults here) and
+        isolation.
         """
         directory = Path(directory)
         check_checkpoint_files(directory)
@@ -229,7 +245,11 @@ class ClefModel:
         use_cache = self.prefixes.enabled and not torch.is_grad_enabled()
         entries: dict[str, PrefixEntry] = {}
         for record in records:
-            if use_cache:
+            if record.prefix_entry is not None:                    # prefilled in chunks just now
+                entries[record.prefix_key] = record.prefix_entry
+                if self.prefixes.enabled:
+                    record.cache["prefix"] = "miss"
+            elif use_cache:
                 entry = entries.get(record.prefix_key) or self.prefixes.get(record.prefix_key)
                 record.cache["prefix"] = "hit" if entry is not None else "miss"
                 if entry is not None:
@@ -345,6 +365,40 @@ class ClefModel:
         if self.calibration is not None:
             per_record = [self.calibration.apply_record(r.request.questions, x) for r, x in zip(records, per_record)]
         return [option_probabilities(per_question) for per_question in per_record]
+
+    # ------------------------------------------------------------------------------------------ chunked prefill
+    def needs_chunks(self, record: PreparedRecord) -> bool:
+        """Whether the record's prefix is long enough to prefill a chunk at a time (so that the model thread can
+        serve other requests in between) and is not already computed or cached."""
+        chunk = self.prefill_chunk_tokens
+        if not chunk or record.prefix_entry is not None or record.prefix_len <= 2 * chunk:
+            return False
+        return record.progress is not None or self.prefixes.peek(record.prefix_key) is None
+
+    @torch.inference_mode()
+    def prefill_step(self, record: PreparedRecord) -> bool:
+        """Prefill the next chunk of the record's prefix (the first chunk holds every media item whole); True once
+        the prefix is complete: it is then the record's `prefix_entry` (and in the prefix cache), and the record
+        runs like one whose prefix was cached."""
+        if record.progress is None:
+            self._complete(record)
+            record.progress = _Chunks(self.backbone.chunk_cache(record.prefix_len))
+        chunks, prefix = record.progress, record.prefix_len
+        start = chunks.done
+        end = min(prefix, max(start + self.prefill_chunk_tokens, record.prompt.media_end if start == 0 else 0))
+        hidden = self.backbone.prefill_chunk(chunks.cache, record.input_ids[start:end],
+                                             record.position_ids[:, :, start:end],
+                                             record.media.tensors if start == 0 else {})
+        chunks.memory.append(self.head.memory_rows(hidden.to(self.head.hidden_norm.weight.device)))
+        chunks.done = end
+        if end < prefix:
+            return False
+        entry = PrefixEntry(self.backbone.cached_kv(chunks.cache), torch.cat(chunks.memory),
+                            int(record.position_ids[:, 0, :prefix].max()) + 1)
+        record.prefix_entry, record.progress = entry, None
+        if self.prefixes.enabled:
+            self.prefixes.put(record.prefix_key, entry, entry.nbytes)
+        return True
 
     def cache_stats(self) -> dict[str, CacheStats]:
         """The media and prefix caches' counters (for metrics)."""

@@ -79,6 +79,7 @@ class EncodedPrompt:
     isolated: bool = False
     state_chars_dropped: int = 0
     state_count_exact: bool = True
+    media_end: int = 0                 # the first index after the media segment (system text and media before it)
 
     @property
     def spans(self) -> RecordSpans:
@@ -145,7 +146,7 @@ class PromptEncoder:
             placed.append(Block(len(input_ids), len(input_ids) + len(ids), spans.shifted(len(input_ids))))
             input_ids += ids
         return EncodedPrompt(input_ids, tuple(placed), prefix_len, kept, state.dropped_tokens, isolated,
-                             state.dropped_chars, state.exact)
+                             state.dropped_chars, state.exact, len(head_ids))
 
     def state_tokens(self, text: str, budget: int) -> StateTokens:
         """The state's first `budget` tokens, tokenizing only about as far as they reach.

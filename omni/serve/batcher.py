@@ -6,6 +6,9 @@ their way (being prepared upstream); with none announced it goes at once, so a l
 and under load batches still fill because items queue up while the worker runs the previous batch.
 Items past their deadline, or whose future was cancelled, are dropped before compute. Every future ends: with a
 result, the item's own exception, DeadlineExceeded, InferenceFailed (the whole batch raised) or NotReady (stopped).
+Long work is shared fairly: `run_batch` may answer REQUEUE for an item that has more to do (the next chunk of a long
+prefill); the item goes to the back of the queue, behind whatever arrived meanwhile, and keeps its deadline, so one
+that expires is dropped at its next turn instead of holding the worker.
 
 Knows nothing of torch, HTTP or the model: `run_batch` and `cost_tokens` are the caller's functions. Its limits come
 from an `EngineConfig`, which has already checked them.
@@ -38,6 +41,7 @@ class BatchReport:
     run_s: float                           # time spent in run_batch
     failed: bool                           # run_batch raised (every record got InferenceFailed)
     expired: int = 0                       # records dropped at dispatch (deadline passed or cancelled)
+    requeued: int = 0                      # records put back for another turn (more work to do)
 
 
 @dataclass
@@ -49,9 +53,20 @@ class BatcherStats:
     completed: int = 0                     # futures that got a result
     failed: int = 0                        # futures that got an exception (any kind)
     expired: int = 0                       # dropped before compute (deadline or cancelled)
+    requeued: int = 0                      # turns that ended with more work to do (chunked prefills)
     batches: int = 0
     queue_depth: int = 0
     batch_sizes: dict[int, int] = field(default_factory=dict)  # size -> number of batches
+
+
+class Requeue:
+    """What `run_batch` answers for an item that has more work to do: run it again at its next turn."""
+
+    def __repr__(self) -> str:
+        return "REQUEUE"
+
+
+REQUEUE = Requeue()
 
 
 @dataclass
@@ -61,6 +76,14 @@ class _Pending(Generic[T]):
     cost: int
     deadline: float | None
     submitted_at: float
+    started: bool = False                  # its future is running: it was requeued after a first turn
+
+    def start(self) -> bool:
+        """Mark the future running (once); False when its caller cancelled it before its first turn."""
+        if self.started:
+            return True
+        self.started = self.future.set_running_or_notify_cancel()
+        return self.started
 
 
 class MicroBatcher(Generic[T, R]):
@@ -239,7 +262,7 @@ class MicroBatcher(Generic[T, R]):
 
     def _finish_dropped(self, dropped: list[_Pending[T]]) -> None:
         for p in dropped:
-            if p.future.set_running_or_notify_cancel():  # False: its caller cancelled it already
+            if p.start():  # False: its caller cancelled it already
                 p.future.set_exception(DeadlineExceeded(f"deadline passed after {_waited_s(p):.3f} s in the queue"))
         with self._cond:
             self._stats.expired += len(dropped)
@@ -247,7 +270,7 @@ class MicroBatcher(Generic[T, R]):
 
     def _execute(self, batch: list[_Pending[T]], dropped: int) -> None:
         dispatched_at = time.monotonic()
-        live = [p for p in batch if p.future.set_running_or_notify_cancel()]  # False = cancelled by its caller
+        live = [p for p in batch if p.start()]  # False = cancelled by its caller
         cancelled = len(batch) - len(live)
         if not live:
             with self._cond:
@@ -268,15 +291,25 @@ class MicroBatcher(Generic[T, R]):
             raise
         run_s = time.monotonic() - dispatched_at
         ok = 0
+        again = []
         for p, result in zip(live, results):
-            if isinstance(result, BaseException):
+            if result is REQUEUE:
+                again.append(p)
+            elif isinstance(result, BaseException):
                 p.future.set_exception(result)
             else:
                 p.future.set_result(result)
                 ok += 1
+        if again:
+            with self._cond:
+                for p in again:
+                    p.submitted_at = time.monotonic()
+                    self._queue.append(p)
+                self._stats.requeued += len(again)
+                self._cond.notify_all()
         report = BatchReport(size=len(live), tokens=sum(p.cost for p in live),
                              queue_wait_s=tuple(dispatched_at - p.submitted_at for p in live),
-                             run_s=run_s, failed=failed_batch, expired=dropped + cancelled)
+                             run_s=run_s, failed=failed_batch, expired=dropped + cancelled, requeued=len(again))
         self._record(report, ok, cancelled)
 
     def _record(self, report: BatchReport, ok: int, cancelled: int) -> None:
@@ -284,7 +317,7 @@ class MicroBatcher(Generic[T, R]):
             s = self._stats
             s.batches += 1
             s.completed += ok
-            s.failed += report.size - ok
+            s.failed += report.size - ok - report.requeued
             s.expired += cancelled
             s.batch_sizes[report.size] = s.batch_sizes.get(report.size, 0) + 1
             self._recent_batch_s = 0.8 * self._recent_batch_s + 0.2 * report.run_s
@@ -297,7 +330,7 @@ class MicroBatcher(Generic[T, R]):
     def _fail_queued_locked(self, make_exc: Callable[[], BaseException]) -> None:
         while self._queue:
             p = self._queue.popleft()
-            if p.future.set_running_or_notify_cancel():
+            if p.start():
                 p.future.set_exception(make_exc())
                 self._stats.failed += 1
 

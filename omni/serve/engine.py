@@ -20,6 +20,7 @@ from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
 from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
 from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
+from omni.serve.batcher import REQUEUE, MicroBatcher, Requeue
 from omni.serve.heap import HeapTrimmer
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,6 @@ class DecisionEngine:
 
     def start(self) -> DecisionEngine:
         """Load, then start the decode pool and the micro-batcher's model thread (the serving path)."""
-        from omni.serve.batcher import MicroBatcher
-
         self.load()
         if self._batcher is None:
             cfg = self.config
@@ -150,11 +149,15 @@ class DecisionEngine:
                                       "video_bytes": media.max_video_bytes, "video_seconds": media.max_video_seconds}}}
 
     # ------------------------------------------------------------------------------------------------ deciding
-    def _run(self, records: list[PreparedInputs]) -> list[Decision]:
-        """Model thread: one forward for the batch, then answers. Errors here are ours, not the caller's."""
+    def _run(self, records: list[PreparedInputs]) -> list[Decision | Requeue]:
+        """Model thread: one turn for the batch, then answers. A record whose long prefix is prefilled in chunks gets
+        one chunk per turn and REQUEUE until its prefix is complete (other requests run in between). Errors here are
+        ours, not the caller's."""
         started = time.perf_counter()
         try:
-            probabilities = self.model.probabilities(records)
+            pending = [self._chunk(record) for record in records]
+            ready = [record for record, more in zip(records, pending) if not more]
+            probabilities = iter(self.model.probabilities(ready) if ready else [])
         except OmniError:
             raise
         except Exception as exc:  # a bug or a device fault: fail this batch only, without internals on the wire
@@ -162,27 +165,45 @@ class DecisionEngine:
             raise InferenceFailed("the model failed on this batch") from exc
         forward_ms = (time.perf_counter() - started) * 1e3
         self._heap.after_batch(sum(stats.evictions for stats in self.model.cache_stats().values()))
-        decisions = []
-        for record, per_question in zip(records, probabilities):
-            answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
-                                    confidence=self.config.confidence, decimals=self.config.probability_decimals)
-            decisions.append(Decision(
-                model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
-                truncated_state_tokens=record.truncated_state_tokens,
-                truncated_state_chars=record.truncated_state_chars,
-                tokens_by_modality=dict(record.tokens_by_modality),
-                timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=len(records),
-                cache=dict(record.cache)))
-        return decisions
+        return [REQUEUE if more else self._decision(record, next(probabilities), forward_ms, len(ready))
+                for record, more in zip(records, pending)]
+
+    def _chunk(self, record: PreparedInputs) -> bool:
+        """One chunk of the record's long prefill, if it needs one; whether it still has more to do."""
+        needs = getattr(self.model, "needs_chunks", None)
+        if needs is None or not needs(record):
+            return False
+        started = time.perf_counter()
+        done = self.model.prefill_step(record)
+        timings = record.timings_ms
+        timings["prefill_chunks"] = timings.get("prefill_chunks", 0.0) + (time.perf_counter() - started) * 1e3
+        return not done
+
+    def _decision(self, record: PreparedInputs, per_question: list, forward_ms: float, batch_size: int) -> Decision:
+        answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
+                                confidence=self.config.confidence, decimals=self.config.probability_decimals)
+        return Decision(model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
+                        truncated_state_tokens=record.truncated_state_tokens,
+                        truncated_state_chars=record.truncated_state_chars,
+                        tokens_by_modality=dict(record.tokens_by_modality),
+                        timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
+                        cache=dict(record.cache))
 
     def decide(self, request: DecisionRequest) -> Decision:
         """Synchronous, in-process: one request, one forward."""
         return self.decide_batch([request])[0]
 
     def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
-        """Synchronous: N requests in ONE forward; equal to N `decide` calls (within float tolerance)."""
+        """Synchronous: N requests in ONE forward (long ones after their chunks); equal to N `decide` calls (within
+        float tolerance)."""
         self.load()
-        return self._run([self.model.prepare(r) for r in requests])
+        records = [self.model.prepare(r) for r in requests]
+        results: list = [REQUEUE] * len(records)
+        while any(result is REQUEUE for result in results):
+            waiting = [i for i, result in enumerate(results) if result is REQUEUE]
+            for i, result in zip(waiting, self._run([records[i] for i in waiting])):
+                results[i] = result
+        return results
 
     def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future:
         """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error."""

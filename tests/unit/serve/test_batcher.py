@@ -318,3 +318,57 @@ def test_an_expected_item_that_is_refused_still_settles_its_announcement():
     assert gate.result(WAIT) == "done:gate"
     assert x.result(WAIT) == "done:x"  # "x" did not wait an hour for "y"
     b.stop()
+
+
+class Turns(Recorder):
+    """Like Recorder, but an item "long:N" needs N turns: it answers REQUEUE until its last turn. Its first turn
+    waits for `first_turn_open`; every turn takes `turn_s` (sleeping, not computing)."""
+
+    def __init__(self, turn_s: float = 0.0):
+        super().__init__()
+        self.left: dict[str, int] = {}
+        self.first_turn = threading.Event()
+        self.first_turn_open = threading.Event()
+        self.turn_s = turn_s
+
+    def __call__(self, items: list) -> list:
+        from omni.serve.batcher import REQUEUE
+
+        results = super().__call__(items)
+        for i, item in enumerate(items):
+            if isinstance(item, str) and item.startswith("long:"):
+                if item not in self.left:
+                    self.left[item] = int(item.split(":")[1])
+                    self.first_turn.set()
+                    assert self.first_turn_open.wait(WAIT)
+                time.sleep(self.turn_s)
+                self.left[item] -= 1
+                if self.left[item] > 0:
+                    results[i] = REQUEUE
+        return results
+
+
+def test_a_requeued_item_goes_behind_what_arrived_meanwhile_and_keeps_its_future():
+    rec = Turns()
+    b = make(rec, max_batch_records=1)
+    long = b.submit("long:3")
+    assert rec.first_turn.wait(WAIT)
+    short = b.submit("short")                                  # arrives during long's first turn
+    rec.first_turn_open.set()
+    assert long.result(WAIT) == "done:long:3" and short.result(WAIT) == "done:short"
+    assert [batch[0] for batch in rec.batches] == ["long:3", "short", "long:3", "long:3"]
+    stats = b.stats()
+    assert stats.requeued == 2 and stats.completed == 2 and stats.failed == 0
+    b.stop()
+
+
+def test_a_requeued_item_past_its_deadline_is_dropped_at_its_next_turn():
+    rec = Turns(turn_s=0.005)
+    rec.first_turn_open.set()
+    b = make(rec, max_batch_records=1)
+    long = b.submit("long:100000", deadline=time.monotonic() + 0.2)
+    with pytest.raises(DeadlineExceeded):
+        long.result(WAIT)
+    assert b.stats().expired == 1 and b.stats().requeued >= 1
+    assert b.submit("after").result(WAIT) == "done:after"     # the worker is free
+    b.stop()
