@@ -203,6 +203,9 @@ class MicroBatcher(Generic[T, R]):
                 self._finish_dropped(dropped)
                 if batch:
                     self._execute(batch, dropped=len(dropped))
+                # let go of the finished items now: the wait for the next batch can be long, and an item can hold a
+                # whole request (a 40 MB state, a long prefix's keys/values)
+                del batch, dropped
         except BaseException as exc:  # a bug here must not leave futures waiting forever
             log.exception("batcher %r worker died", self.name)
             cause = exc

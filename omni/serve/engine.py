@@ -164,7 +164,8 @@ class DecisionEngine:
             log.exception("forward pass failed for a batch of %d", len(records))
             raise InferenceFailed("the model failed on this batch") from exc
         forward_ms = (time.perf_counter() - started) * 1e3
-        self._heap.after_batch(sum(stats.evictions for stats in self.model.cache_stats().values()))
+        self._heap.after_batch(sum(stats.evictions for stats in self.model.cache_stats().values()),
+                               sum(record.num_tokens for record in records))
         return [REQUEUE if more else self._decision(record, next(probabilities), forward_ms, len(ready))
                 for record, more in zip(records, pending)]
 

@@ -1,12 +1,14 @@
-"""HeapTrimmer: hands memory the caches freed back to the operating system, so a process's resident memory follows
-what the caches hold rather than what they once held.
+"""HeapTrimmer: hands memory freed after big work back to the operating system, so a process's resident memory
+follows what it holds (the caches' contents, the model) rather than what it once held.
 
-glibc keeps freed blocks inside its heaps; once caches evict entries of varying sizes, those holes stay resident
+glibc keeps freed blocks inside its heaps. Once caches evict entries of varying sizes, those holes stay resident
 (measured, benchmarks/cache.py: 1,000 requests with distinct photos left a server 26 MiB above its caches' 64 MiB
-of budgets; trimming after evictions keeps it under them). `malloc_trim(0)` releases the free pages of every heap.
-It takes milliseconds and the heaps' locks, so it runs on a thread of its own, woken after a batch in which the
-caches evicted something (at most once per `min_interval_s`); the model thread never waits for it. Where the C
-library has no `malloc_trim` (macOS, musl) nothing runs. Knows nothing of the caches beyond their eviction counters.
+of budgets; trimming after evictions keeps it under them); so do the activations of a long prefill (a 64k-token
+request left 167 MiB behind, benchmarks/abuse.py). `malloc_trim(0)` releases the free pages of every heap. It takes
+milliseconds and the heaps' locks, so it runs on a thread of its own, woken after a batch in which the caches evicted
+something or that prefilled at least `big_batch_tokens`; it trims `settle_s` later, once the request that woke it has
+let go of its tensors (at most once per `min_interval_s`). The model thread never waits for it. Where the C library has no `malloc_trim` (macOS, musl) nothing runs. Knows nothing of the caches or
+the model beyond those two numbers.
 """
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 class HeapTrimmer:
-    def __init__(self, min_interval_s: float = 0.05, trim: Callable[[int], int] | None = None):
+    def __init__(self, min_interval_s: float = 0.05, trim: Callable[[int], int] | None = None,
+                 big_batch_tokens: int = 8192, settle_s: float = 0.25):
         self.min_interval_s = min_interval_s
+        self.settle_s = settle_s
+        self.big_batch_tokens = big_batch_tokens
         self._trim = trim or _malloc_trim()
         self._seen_evictions = 0
         self._wanted = threading.Event()
@@ -34,11 +39,13 @@ class HeapTrimmer:
         self._lock = threading.Lock()
         self.trims = 0
 
-    def after_batch(self, evictions: int) -> bool:
-        """Ask for a trim when the caches evicted since the last call (returns at once); whether one was asked."""
-        if self._trim is None or evictions <= self._seen_evictions:
+    def after_batch(self, evictions: int, tokens: int = 0) -> bool:
+        """Ask for a trim when the caches evicted since the last call or the batch was big (returns at once);
+        whether one was asked."""
+        big = tokens >= self.big_batch_tokens
+        if self._trim is None or (evictions <= self._seen_evictions and not big):
             return False
-        self._seen_evictions = evictions
+        self._seen_evictions = max(evictions, self._seen_evictions)
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="omni-heap-trim", daemon=True)
@@ -49,6 +56,7 @@ class HeapTrimmer:
     def _loop(self) -> None:
         while True:
             self._wanted.wait()
+            time.sleep(self.settle_s)      # let the request that asked finish and drop what it held
             self._wanted.clear()
             self._trim(0)
             self.trims += 1
