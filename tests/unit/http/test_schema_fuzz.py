@@ -21,7 +21,7 @@ APP = create_app(SETTINGS, ENGINE)
 async def served_without_lifespan(scope, receive, send):
     """The app as a long-running server: Schemathesis' client would start and stop (drain) it around every call."""
     if scope["type"] == "lifespan":
-        while (message := await receive())["type"] != "lifespan.shutdown":
+        while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
         return
