@@ -7,8 +7,11 @@ and under load batches still fill because items queue up while the worker runs t
 Items past their deadline, or whose future was cancelled, are dropped before compute. Every future ends: with a
 result, the item's own exception, DeadlineExceeded, InferenceFailed (the whole batch raised) or NotReady (stopped).
 Long work is shared fairly: `run_batch` may answer REQUEUE for an item that has more to do (the next chunk of a long
-prefill); the item goes to the back of the queue, behind whatever arrived meanwhile, and keeps its deadline, so one
-that expires is dropped at its next turn instead of holding the worker.
+prefill). Such an item waits among the continuations, oldest first: whatever arrives during a turn goes before the
+next turn (a small request waits about one turn), and several long items finish one after the other rather than all
+slowing together. Under a steady stream of fresh work fresh batches and continuation turns alternate, so a long item
+is never starved. It keeps its deadline, so one that expires is
+dropped at its next turn instead of holding the worker.
 
 Knows nothing of torch, HTTP or the model: `run_batch` and `cost_tokens` are the caller's functions. Its limits come
 from an `EngineConfig`, which has already checked them.
@@ -77,6 +80,7 @@ class _Pending(Generic[T]):
     deadline: float | None
     submitted_at: float
     started: bool = False                  # its future is running: it was requeued after a first turn
+    first_submitted_at: float = 0.0        # when it was submitted first (continuations run oldest first)
 
     def start(self) -> bool:
         """Mark the future running (once); False when its caller cancelled it before its first turn."""
@@ -109,6 +113,8 @@ class MicroBatcher(Generic[T, R]):
         self.wait_only_while_expecting = wait_only_while_expecting
         self._expected = 0                # items announced by expect() and not yet submitted
         self._queue: deque[_Pending[T]] = deque()
+        self._continuations: list[_Pending[T]] = []      # requeued items, oldest first submission first
+        self._continuation_owed = False   # a fresh batch ran while continuations waited: they go next
         self._cond = threading.Condition()
         self._stats = BatcherStats()
         self._thread: threading.Thread | None = None
@@ -153,7 +159,7 @@ class MicroBatcher(Generic[T, R]):
     def stats(self) -> BatcherStats:
         with self._cond:
             s = BatcherStats(**{**self._stats.__dict__, "batch_sizes": dict(self._stats.batch_sizes)})
-            s.queue_depth = len(self._queue)
+            s.queue_depth = len(self._queue) + len(self._continuations)
             return s
 
     # ---------------------------------------------------------------- submit
@@ -184,7 +190,8 @@ class MicroBatcher(Generic[T, R]):
                 self._stats.rejected += 1
                 raise Overloaded(f"{self.name}: queue is full ({self.max_queue} waiting)",
                                  retry_after_s=self._retry_after_locked())
-            self._queue.append(_Pending(item, future, cost, deadline, time.monotonic()))
+            now = time.monotonic()
+            self._queue.append(_Pending(item, future, cost, deadline, now, first_submitted_at=now))
             self._stats.submitted += 1
             self._cond.notify_all()
         return future
@@ -218,17 +225,22 @@ class MicroBatcher(Generic[T, R]):
         """Wait for a dispatchable batch. Returns (None, []) when stopped and nothing is left to run."""
         with self._cond:
             while True:
-                if not self._queue:
+                if not self._queue and not self._continuations:
                     if self._stopping:
                         return None, []
                     self._cond.wait()
                     continue
-                if self._stopping and not self._drain:
+                if self._stopping and not self._drain:   # includes an item requeued by the turn that just ended
+                    self._fail_queued_locked(lambda: NotReady(f"{self.name}: stopped"))
                     return None, []
+                if self._continuations and (not self._queue or self._continuation_owed):
+                    self._continuation_owed = False     # the oldest continuation's next turn
+                    return self._take_continuation_locked()
                 wait_s = self._queue[0].submitted_at + self.max_wait_s - time.monotonic()
                 if wait_s > 0 and not self._stopping and not self._full_locked() and self._company_coming_locked():
                     self._cond.wait(wait_s)
                     continue
+                self._continuation_owed = bool(self._continuations)
                 return self._take_locked()
 
     def _company_coming_locked(self) -> bool:
@@ -262,6 +274,12 @@ class MicroBatcher(Generic[T, R]):
             batch.append(self._queue.popleft())
             tokens += p.cost
         return batch, dropped
+
+    def _take_continuation_locked(self) -> tuple[list[_Pending[T]], list[_Pending[T]]]:
+        p = self._continuations.pop(0)
+        if (p.deadline is not None and p.deadline <= time.monotonic()) or p.future.cancelled():
+            return [], [p]
+        return [p], []
 
     def _finish_dropped(self, dropped: list[_Pending[T]]) -> None:
         for p in dropped:
@@ -307,7 +325,8 @@ class MicroBatcher(Generic[T, R]):
             with self._cond:
                 for p in again:
                     p.submitted_at = time.monotonic()
-                    self._queue.append(p)
+                    self._continuations.append(p)
+                self._continuations.sort(key=lambda p: p.first_submitted_at)
                 self._stats.requeued += len(again)
                 self._cond.notify_all()
         report = BatchReport(size=len(live), tokens=sum(p.cost for p in live),
@@ -331,6 +350,8 @@ class MicroBatcher(Generic[T, R]):
                 log.exception("batcher %r: on_batch hook failed", self.name)
 
     def _fail_queued_locked(self, make_exc: Callable[[], BaseException]) -> None:
+        self._queue.extend(self._continuations)
+        self._continuations.clear()
         while self._queue:
             p = self._queue.popleft()
             if p.start():

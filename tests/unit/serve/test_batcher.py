@@ -372,3 +372,44 @@ def test_a_requeued_item_past_its_deadline_is_dropped_at_its_next_turn():
     assert b.stats().expired == 1 and b.stats().requeued >= 1
     assert b.submit("after").result(WAIT) == "done:after"     # the worker is free
     b.stop()
+
+
+def test_long_items_finish_oldest_first_instead_of_slowing_together():
+    rec = Turns()
+    b = make(rec, max_batch_records=1)
+    older = b.submit("long:3")
+    assert rec.first_turn.wait(WAIT)
+    newer = b.submit("long:2")                                  # a second long item arrives meanwhile
+    rec.first_turn_open.set()
+    assert older.result(WAIT) == "done:long:3" and newer.result(WAIT) == "done:long:2"
+    assert [batch[0] for batch in rec.batches] == ["long:3", "long:2", "long:3", "long:3", "long:2"]
+    b.stop()
+
+
+def test_a_steady_stream_of_fresh_work_alternates_with_continuations_and_never_starves_them():
+    rec = Turns()
+    b = make(rec, max_batch_records=1)
+    long = b.submit("long:3")
+    assert rec.first_turn.wait(WAIT)
+    shorts = [b.submit(f"s{i}") for i in range(4)]             # fresh work keeps queueing during the long turns
+    assert b.stats().queue_depth == 4
+    rec.first_turn_open.set()
+    assert long.result(WAIT) == "done:long:3" and [s.result(WAIT) for s in shorts] == [f"done:s{i}" for i in range(4)]
+    assert [batch[0] for batch in rec.batches] == ["long:3", "s0", "long:3", "s1", "long:3", "s2", "s3"]
+    b.stop()
+
+
+def test_stopping_without_drain_fails_waiting_continuations_too():
+    rec = Turns()
+    b = make(rec, max_batch_records=1)
+    long = b.submit("long:5")
+    assert rec.first_turn.wait(WAIT)
+    gate_after = b.submit("s0")
+    stopper = threading.Thread(target=b.stop, kwargs=dict(drain=False))
+    stopper.start()
+    rec.first_turn_open.set()
+    stopper.join(WAIT)
+    with pytest.raises(NotReady):
+        long.result(WAIT)
+    with pytest.raises(NotReady):
+        gate_after.result(WAIT)
