@@ -4,7 +4,8 @@ One server (the shipped defaults, tiny model, `--body-timeout-s 3` so stalled up
 `--clients` threads for `--seconds` (default 300). Each client draws, again and again:
     text 35% · image 15% · audio 10% · corrupt upload 10% · unreadable JSON 5% · context-filling state 5%
     · stalled upload 10% (announces 500 bytes, sends 2: must get its 408) · disconnect mid-upload 10%
-Every request that should be answered is: a valid one with 200, a bad one with its 4xx, a stalled one with 408.
+Every request that should be answered is: a valid one with 200 (a context-filling one with 200, or 429 when the long
+work ahead of it would not let it finish before its deadline), a bad one with its 4xx, a stalled one with 408.
 "Lost" = no answer, a connection error or a timeout where an answer was due; a disconnecting client expects none.
 The server's RSS is sampled every 5 s. Prints JSON lines and a summary; nothing is asserted.
 Loopback only, bounded in time and in count (`--max-requests`).
@@ -35,7 +36,7 @@ QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the unit fine?"},
              "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
 MIX = [("text", 35), ("image", 15), ("audio", 10), ("corrupt", 10), ("bad_json", 5), ("long", 5), ("stalled", 10),
        ("disconnect", 10)]
-EXPECTED = {"text": {200}, "image": {200}, "audio": {200}, "long": {200}, "corrupt": {415, 422}, "bad_json": {422},
+EXPECTED = {"text": {200}, "image": {200}, "audio": {200}, "long": {200, 429}, "corrupt": {415, 422}, "bad_json": {422},
             "stalled": {408}}
 LINE = "Customer log line: the rooftop unit rattled at 14:02, technician noted loose fan blade; "
 

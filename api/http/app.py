@@ -92,6 +92,8 @@ def _announce(svc: ServiceState) -> None:
     svc.metrics.set_model(info["name"], bool(info.get("tiny_default")))
     svc.metrics.watch_batcher(getattr(svc.engine, "batcher", None))
     svc.metrics.watch_caches(svc.engine.cache_stats)
+    if callable(getattr(svc.engine, "long_prefills", None)):
+        svc.metrics.watch_long_prefills(svc.engine.long_prefills)
     tiny = " — the embedded TINY DEMO model (synthetic inspection task only, not real answers; use --model DIR|HUB_ID)" if info.get("tiny_default") else ""
     log.info("ready: model %r, context %s tokens%s", info["name"], info.get("context_tokens"), tiny)
 

@@ -37,6 +37,8 @@ class Metrics:
         r.register(self._batcher)
         self._caches = _CacheCollector()
         r.register(self._caches)
+        self._longs = _LongPrefillCollector()
+        r.register(self._longs)
         for stage in ("parse",) + STAGES:  # so every stage is visible before the first request
             self.stage_seconds.labels(stage)
 
@@ -65,6 +67,10 @@ class Metrics:
     def watch_batcher(self, batcher: Any) -> None:
         """Export the micro-batcher's own counters (queue depth, batches by size) when the engine has one."""
         self._batcher.batcher = batcher if callable(getattr(batcher, "stats", None)) else None
+
+    def watch_long_prefills(self, stats: Any) -> None:
+        """Export the long prefills under way and those refused (`stats()` -> dict in_flight, refused)."""
+        self._longs.stats = stats
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
@@ -119,3 +125,24 @@ class _CacheCollector:
             budget.add_metric([cache], s.budget_bytes)
             entries.add_metric([cache], s.entries)
         yield from (*counters.values(), used, budget, entries)
+
+
+class _LongPrefillCollector:
+    """Reads the engine's long-prefill admission counters at scrape time."""
+
+    def __init__(self):
+        self.stats = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        if self.stats is None:
+            return
+        stats = self.stats()
+        in_flight = GaugeMetricFamily("omni_long_prefills_in_flight", "long prefills admitted and not yet ended")
+        in_flight.add_metric([], stats["in_flight"])
+        refused = CounterMetricFamily("omni_long_prefills_refused",
+                                      "long requests refused (429) because they could not finish before their deadline")
+        refused.add_metric([], stats["refused"])
+        yield from (in_flight, refused)

@@ -375,6 +375,12 @@ class ClefModel:
             return False
         return record.progress is not None or self.prefixes.peek(record.prefix_key) is None
 
+    def prefill_tokens_left(self, record: PreparedRecord) -> int:
+        """Prefix tokens the record still has to prefill a chunk at a time (0 when it is not chunked)."""
+        if not self.needs_chunks(record):
+            return 0
+        return record.prefix_len - (record.progress.done if record.progress is not None else 0)
+
     @torch.inference_mode()
     def prefill_step(self, record: PreparedRecord) -> bool:
         """Prefill the next chunk of the record's prefix (the first chunk holds every media item whole); True once

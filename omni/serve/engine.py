@@ -20,6 +20,7 @@ from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
 from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
 from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
+from omni.serve.admission import PrefillBacklog
 from omni.serve.batcher import REQUEUE, MicroBatcher, Requeue
 from omni.serve.heap import HeapTrimmer
 
@@ -71,6 +72,7 @@ class DecisionEngine:
         self._decode_pool: ThreadPoolExecutor | None = None
         self._batcher = None
         self._heap = HeapTrimmer()
+        self._longs = PrefillBacklog()     # long prefills admitted and not yet ended
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def load(self) -> DecisionEngine:
@@ -128,6 +130,10 @@ class DecisionEngine:
         """The model's caches' counters by name (media, prefix); empty before the model is in."""
         return self.model.cache_stats() if self.model is not None else {}
 
+    def long_prefills(self) -> dict:
+        """Long prefills admitted and not yet ended, and how many were refused for want of time (for metrics)."""
+        return {"in_flight": len(self._longs), "refused": self._longs.refused}
+
     @property
     def info(self) -> dict:
         """What /v1/models shows: name, description, release date, context, limits. NotReady until a model is in."""
@@ -175,9 +181,12 @@ class DecisionEngine:
         if needs is None or not needs(record):
             return False
         started = time.perf_counter()
+        left = self.model.prefill_tokens_left(record)
         done = self.model.prefill_step(record)
         timings = record.timings_ms
         timings["prefill_chunks"] = timings.get("prefill_chunks", 0.0) + (time.perf_counter() - started) * 1e3
+        now_left = self.model.prefill_tokens_left(record)
+        self._longs.chunk_done(id(record), now_left, left - now_left)
         return not done
 
     def _decision(self, record: PreparedInputs, per_question: list, forward_ms: float, batch_size: int) -> Decision:
@@ -262,8 +271,13 @@ class DecisionEngine:
                 raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
             record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
+            long = self._admit_long(record, deadline)
             announced = False                            # submit settles it, even when it refuses the record
-            queued = batcher.submit(record, deadline, expected=expected)
+            try:
+                queued = batcher.submit(record, deadline, expected=expected)
+            except BaseException:
+                self._longs.finish(long)
+                raise
         except BaseException as exc:  # every request ends: its own error, never a hang
             outcome.set_exception(exc)
             return
@@ -273,6 +287,7 @@ class DecisionEngine:
         queued_at = time.perf_counter()
 
         def transfer(done: Future) -> None:
+            self._longs.finish(long)
             error = done.exception()
             if error is not None:
                 outcome.set_exception(error)
@@ -283,6 +298,16 @@ class DecisionEngine:
             outcome.set_result(decision)
 
         queued.add_done_callback(transfer)
+
+    def _admit_long(self, record: PreparedInputs, deadline: float) -> int | None:
+        """A record with a long prefix to prefill is admitted only if the long work ahead of it and its own can
+        finish before its deadline (else Overloaded: 429, retry later). Returns its backlog key, None if not long."""
+        tokens_left = getattr(self.model, "prefill_tokens_left", None)
+        tokens = tokens_left(record) if tokens_left is not None else 0
+        if not tokens:
+            return None
+        self._longs.admit(id(record), tokens, deadline - time.monotonic())
+        return id(record)
 
 
 def text_chars(value, limit: int) -> int:

@@ -125,6 +125,7 @@ def test_a_repeat_shows_its_cache_hits_in_server_timing_and_metrics(served):
         hits = [line for line in text.splitlines() if line.startswith(f'omni_cache_hits_total{{cache="{cache}"}}')]
         assert hits and float(hits[0].split()[-1]) >= 1, cache
         assert f'omni_cache_budget_bytes{{cache="{cache}"}}' in text and f'omni_cache_bytes{{cache="{cache}"}}' in text
+    assert "omni_long_prefills_in_flight 0.0" in text and "omni_long_prefills_refused_total 0.0" in text
 
 
 def test_x_isolation_is_checked_and_isolated_answers_are_per_question(served):

@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.media import image_bytes, video_bytes, wav_bytes
 from omni.contract.config import EngineConfig
-from omni.contract.errors import DeadlineExceeded
+from omni.contract.errors import DeadlineExceeded, Overloaded
 from omni.contract.request import parse_request
 from omni.serve.engine import DecisionEngine
 from tests.integration.serve.test_caches import QUESTIONS, assert_close
@@ -76,5 +76,30 @@ def test_a_long_request_past_its_deadline_stops_at_its_next_chunk(tiny_dir):
         assert stats.requeued >= 1 and stats.expired >= 1
         after = on.submit(parse_request({"state": "next", "questions": QUESTIONS}, on.config))
         assert set(after.result(60).answers) == set(QUESTIONS)  # the model is free again
+    finally:
+        on.stop()
+
+
+def test_a_long_request_that_cannot_finish_behind_the_long_work_ahead_is_refused_at_once(tiny_dir):
+    on = DecisionEngine(EngineConfig(model_path=str(tiny_dir), prefill_chunk_tokens=128, max_wait_ms=0)).start()
+    try:
+        first = on.submit(parse_request({"state": LONG_STATE * 4, "questions": QUESTIONS}, on.config), deadline_s=600)
+        deadline = time.monotonic() + 60
+        while on.batcher.stats().requeued < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)                                   # a few chunks ran: the rate is measured
+        body = {"state": LONG_STATE, "questions": QUESTIONS}
+        own_s = on._longs.seconds_per_token() * on.model.prepare(parse_request(body, on.config)).prefix_len
+        behind = on.submit(parse_request({**body, "state": LONG_STATE + " (2)"}, on.config), deadline_s=600)
+        while len(on._longs) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)                                   # admitted behind the first: it has the time
+        assert not first.done()
+        started = time.monotonic()
+        hopeless = on.submit(parse_request({**body, "state": LONG_STATE + " (3)"}, on.config), deadline_s=own_s)
+        with pytest.raises(Overloaded) as refused:              # its own time fits, the work ahead does not
+            hopeless.result(60)
+        assert time.monotonic() - started < own_s               # refused at once, not at its deadline
+        assert refused.value.retry_after_s >= 1.0 and on._longs.refused == 1
+        assert set(first.result(300).answers) == set(QUESTIONS) and set(behind.result(300).answers) == set(QUESTIONS)
+        assert len(on._longs) == 0                              # answered requests leave the backlog
     finally:
         on.stop()
