@@ -7,11 +7,15 @@ One server (the shipped defaults, tiny model, `--body-timeout-s 3` so stalled up
 Every request that should be answered is: a valid one with 200 (a context-filling one with 200, or 429 when the long
 work ahead of it would not let it finish before its deadline), a bad one with its 4xx, a stalled one with 408.
 "Lost" = no answer, a connection error or a timeout where an answer was due; a disconnecting client expects none.
-The server's RSS is sampled every 5 s. Prints JSON lines and a summary; nothing is asserted.
+The server's RSS is sampled every 5 s, with the bytes its caches hold (`omni_cache_bytes` in /metrics): RSS less
+the caches is what the traffic itself leaves behind, and must stay flat; the caches are bounded by their budgets
+(`--media-cache-mb 64 --prefix-cache-mb 128` here, small enough to fill within the run). Prints JSON lines and a
+summary; nothing is asserted.
 Loopback only, bounded in time and in count (`--max-requests`).
 What it must not know: engine internals (HTTP and /proc of the server it started).
 
     .venv/bin/python benchmarks/soak.py [--seconds 300] [--clients 4] [--threads 1] [--max-requests 20000]
+                                        [--media-cache-mb 64] [--prefix-cache-mb 128] [--keep-log PATH]
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import httpx
 from serving import start_server, stop_server
 
 from fixtures.media import image_bytes, wav_bytes
@@ -137,19 +142,32 @@ def rss_mib(pid: int) -> int:
         return next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:")) // 1024
 
 
+def cache_mib(url: str) -> int:
+    """The bytes the server's caches hold now (sum of `omni_cache_bytes` over caches), in MiB."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return int(sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("omni_cache_bytes{")) // 2**20)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads in the server")
     parser.add_argument("--max-requests", type=int, default=20_000)
+    parser.add_argument("--media-cache-mb", type=int, default=64)
+    parser.add_argument("--prefix-cache-mb", type=int, default=128)
+    parser.add_argument("--keep-log", type=Path, help="copy the server's log (at info) here")
     args = parser.parse_args(argv)
-    tally, samples = Tally(), []
+    tally, samples, caches = Tally(), [], []
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "soak.log"
-        proc, url = start_server(["--torch-threads", str(args.threads), "--body-timeout-s", "3"], log_path)
+        proc, url = start_server(["--torch-threads", str(args.threads), "--body-timeout-s", "3", "--log-level", "info",
+                                  "--media-cache-mb", str(args.media_cache_mb),
+                                  "--prefix-cache-mb", str(args.prefix_cache_mb)], log_path)
         port = int(url.rsplit(":", 1)[1])
         samples.append(rss_mib(proc.pid))
+        caches.append(cache_mib(url))
         until = time.monotonic() + args.seconds
         threads = [threading.Thread(target=client, args=(port, seed, until, args.max_requests, tally))
                    for seed in range(args.clients)]
@@ -158,15 +176,21 @@ def main(argv: list[str] | None = None) -> int:
         while any(thread.is_alive() for thread in threads):
             time.sleep(5)
             samples.append(rss_mib(proc.pid))
-            print(json.dumps({"event": "progress", "requests": tally.requests, "rss_mib": samples[-1]}), flush=True)
+            caches.append(cache_mib(url))
+            print(json.dumps({"event": "progress", "requests": tally.requests, "rss_mib": samples[-1],
+                              "cache_mib": caches[-1]}), flush=True)
         server_log = log_path.read_text(errors="replace")
+        if args.keep_log:
+            args.keep_log.write_text(server_log)
         stop_server(proc)
     statuses = Counter(s for counter in tally.by_kind.values() for s in counter.elements())
     print(json.dumps({"event": "summary", "seconds": args.seconds, "clients": args.clients, "requests": tally.requests,
                       "lost": tally.lost, "5xx": sum(n for s, n in statuses.items() if s.startswith("5")),
                       "unexpected": dict(tally.unexpected), "by_kind": {k: dict(v) for k, v in tally.by_kind.items()},
                       "rss_mib_start": samples[0], "rss_mib_max": max(samples), "rss_mib_end": samples[-1],
-                      "rss_mib_samples": samples, "server_log_errors": server_log.count(" ERROR "),
+                      "rss_mib_samples": samples, "cache_mib_samples": caches,
+                      "rss_less_caches_mib": [r - c for r, c in zip(samples, caches)],
+                      "server_log_errors": server_log.count(" ERROR "),
                       "server_log_tracebacks": server_log.count("Traceback")}), flush=True)
     return 0
 

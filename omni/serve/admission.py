@@ -23,8 +23,9 @@ from typing import Hashable
 
 from omni.contract.errors import Overloaded
 
-SAFETY_FACTOR = 1.2           # the estimate must fit the time left with this much to spare
-DECAY = 0.1                   # per chunk: older chunks count less (about the last ten weigh most)
+SAFETY_FACTOR = 1.5           # the estimate must fit the time left with this much to spare (load varies, and a
+                              # prefix's late chunks cost more than its early ones: attention grows with position)
+DECAY = 0.02                  # per chunk: older chunks count less (about the last 50, a whole 64k prefix, weigh most)
 
 
 @dataclass

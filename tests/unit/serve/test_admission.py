@@ -58,8 +58,8 @@ def test_a_long_request_that_cannot_finish_behind_the_backlog_is_refused_with_a_
     backlog = PrefillBacklog()
     backlog.admit("a", 40_000, seconds_left=60)
     run_chunks(backlog, clock, "a", 10_000, 1000, s_per_token=0.0005, total=40_000)   # 30,000 tokens left: ~15 s ahead
-    backlog.admit("b", 40_000, seconds_left=60)          # (30k + 40k) x 0.5 ms x 1.2 = 42 s <= 60 s: admitted
-    with pytest.raises(Overloaded) as refused:            # (30k + 40k + 40k) x 0.5 ms x 1.2 = 66 s > 60 s
+    backlog.admit("b", 40_000, seconds_left=60)          # (30k + 40k) x 0.5 ms x 1.5 = 52.5 s <= 60 s: admitted
+    with pytest.raises(Overloaded) as refused:            # (30k + 40k + 40k) x 0.5 ms x 1.5 = 82.5 s > 60 s
         backlog.admit("c", 40_000, seconds_left=60)
     assert refused.value.retry_after_s == pytest.approx(35.0)           # the 70k tokens ahead at 0.5 ms
     assert "would not finish within its 60 s deadline" in str(refused.value)
