@@ -6,6 +6,7 @@ Knows nothing of FastAPI routes or the model beyond the Decision fields it reads
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -66,7 +67,8 @@ class Metrics:
 
     def watch_batcher(self, batcher: Any) -> None:
         """Export the micro-batcher's own counters (queue depth, batches by size) when the engine has one."""
-        self._batcher.batcher = batcher if callable(getattr(batcher, "stats", None)) else None
+        stats = getattr(batcher, "stats", None)
+        self._batcher.stats = stats if callable(stats) else None
 
     def watch_long_prefills(self, stats: Any) -> None:
         """Export the long prefills under way and those refused (`stats()` -> dict in_flight, refused)."""
@@ -76,19 +78,27 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-class _BatcherCollector:
-    """Reads `MicroBatcher.stats()` at scrape time: per-batch sizes (not per request), queue depth, drops."""
+class _ScrapeCollector:
+    """Reads a `stats()` callable at scrape time (nothing until one is set) and turns its value into families."""
 
     def __init__(self):
-        self.batcher = None
+        self.stats: Callable[[], Any] | None = None
 
     def describe(self):
         return []
 
     def collect(self):
-        if self.batcher is None:
-            return
-        stats = self.batcher.stats()
+        if self.stats is not None:
+            yield from self.families(self.stats())
+
+    def families(self, stats: Any) -> Iterable:
+        raise NotImplementedError
+
+
+class _BatcherCollector(_ScrapeCollector):
+    """`MicroBatcher.stats()`: per-batch sizes (not per request), queue depth, drops."""
+
+    def families(self, stats):
         depth = GaugeMetricFamily("omni_queue_depth", "requests waiting for the model thread")
         depth.add_metric([], stats.queue_depth)
         batches = CounterMetricFamily("omni_batches", "model batches run, by size", labels=["size"])
@@ -97,22 +107,13 @@ class _BatcherCollector:
         dropped = CounterMetricFamily("omni_batcher_dropped", "requests never computed, by reason", labels=["reason"])
         dropped.add_metric(["deadline_or_cancelled"], stats.expired)
         dropped.add_metric(["queue_full"], stats.rejected)
-        yield from (depth, batches, dropped)
+        return depth, batches, dropped
 
 
-class _CacheCollector:
-    """Reads the media and prefix caches' counters at scrape time: hits, misses, evictions, refusals, bytes."""
+class _CacheCollector(_ScrapeCollector):
+    """The media and prefix caches' counters (name -> CacheStats): hits, misses, evictions, refusals, bytes."""
 
-    def __init__(self):
-        self.stats = None
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        if self.stats is None:
-            return
-        caches = self.stats()
+    def families(self, caches):
         counters = {name: CounterMetricFamily(f"omni_cache_{name}", f"cache {name}, by cache", labels=["cache"])
                     for name in ("hits", "misses", "evictions", "refused")}
         used = GaugeMetricFamily("omni_cache_bytes", "bytes held, by cache", labels=["cache"])
@@ -124,25 +125,16 @@ class _CacheCollector:
             used.add_metric([cache], s.bytes)
             budget.add_metric([cache], s.budget_bytes)
             entries.add_metric([cache], s.entries)
-        yield from (*counters.values(), used, budget, entries)
+        return (*counters.values(), used, budget, entries)
 
 
-class _LongPrefillCollector:
-    """Reads the engine's long-prefill admission counters at scrape time."""
+class _LongPrefillCollector(_ScrapeCollector):
+    """The engine's long-prefill admission: in flight, refused for want of time."""
 
-    def __init__(self):
-        self.stats = None
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        if self.stats is None:
-            return
-        stats = self.stats()
+    def families(self, stats):
         in_flight = GaugeMetricFamily("omni_long_prefills_in_flight", "long prefills admitted and not yet ended")
         in_flight.add_metric([], stats["in_flight"])
         refused = CounterMetricFamily("omni_long_prefills_refused",
                                       "long requests refused (429) because they could not finish before their deadline")
         refused.add_metric([], stats["refused"])
-        yield from (in_flight, refused)
+        return in_flight, refused

@@ -2,7 +2,6 @@
 served between the chunks, and a request whose deadline passes stops at its next chunk and frees the model."""
 from __future__ import annotations
 
-import base64
 import time
 
 import pytest
@@ -12,21 +11,17 @@ from omni.contract.config import EngineConfig
 from omni.contract.errors import DeadlineExceeded, Overloaded
 from omni.contract.request import parse_request
 from omni.serve.engine import DecisionEngine
-from tests.integration.serve.test_caches import QUESTIONS, assert_close
+from tests.integration.serve.test_caches import QUESTIONS, assert_close, data_url
 
 LONG_STATE = " ".join(f"line {i}: the fan rattles at {i % 97} rpm and the label is scratched." for i in range(150))
 VERY_LONG_STATE = LONG_STATE * 8          # seconds of chunks on this CPU: the deadline passes between two of them
 
 
-def url(mime: str, data: bytes) -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
 @pytest.fixture(scope="module")
 def media():
-    return {"images": [url("image/png", image_bytes("PNG", "RGB", 96, 64))],
-            "audio": [url("audio/wav", wav_bytes(1.0, 16000, 1))],
-            "videos": [url("video/mp4", video_bytes(seconds=2.0, width=64, height=64))]}
+    return {"images": [data_url("image/png", image_bytes("PNG", "RGB", 96, 64))],
+            "audio": [data_url("audio/wav", wav_bytes(1.0, 16000, 1))],
+            "videos": [data_url("video/mp4", video_bytes(seconds=2.0, width=64, height=64))]}
 
 
 def engine(tiny_dir, **config) -> DecisionEngine:

@@ -405,7 +405,7 @@ def test_stopping_without_drain_fails_waiting_continuations_too():
     long = b.submit("long:5")
     assert rec.first_turn.wait(WAIT)
     gate_after = b.submit("s0")
-    stopper = threading.Thread(target=b.stop, kwargs=dict(drain=False))
+    stopper = threading.Thread(target=b.stop, kwargs={"drain": False})
     stopper.start()
     rec.first_turn_open.set()
     stopper.join(WAIT)
