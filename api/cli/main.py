@@ -1,7 +1,7 @@
 """The `omni` command: one subcommand per job, each wired from its own module; one place prints errors.
 
-`decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `serve`
-(api/cli/serve.py, when the [serve] extra is installed). A caller's mistake is one line on stderr and exit 2, never a
+`decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `serve` and
+`review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed). A caller's mistake is one line on stderr and exit 2, never a
 traceback. Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
@@ -36,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # the [serve] extra is not installed
         pass
     else:
+        from api.cli.review import add_review_arguments, run_review
+
         commands.append(("serve", "run the HTTP server (POST /v1/systemone)", add_serve_arguments, run_serve))
+        commands.append(("review", "the review workbench on this machine (omni serve with review on; prints the "
+                                   "page's address)", add_review_arguments, run_review))
     for name, help_text, add, run in commands:
         command = sub.add_parser(name, help=help_text)
         add(command)

@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from api.http.settings import Settings, SettingsError, cli_fields, is_media_limit
 
@@ -51,12 +52,15 @@ def build_settings(args: argparse.Namespace, environ=None) -> Settings:
     return settings
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | None = None) -> int:
+    """Serve until stopped. `announce(settings)` runs once the settings are known (before the model loads)."""
     try:
         settings = build_settings(args)
     except SettingsError as exc:
         print(f"omni serve: {exc}", file=sys.stderr)
         return 2
+    if announce is not None:
+        announce(settings)
     _configure_logging(settings.log_level)
     if settings.unknown_env:
         log.warning("ignoring unknown settings: %s", ", ".join(settings.unknown_env))

@@ -26,8 +26,11 @@ from api.http import schemas
 from api.http.cloudflare import router as cloudflare_router
 from api.http.errors import error_payload, handled_classes
 from api.http.metrics import Metrics
+from api.http.review import report_dirs
+from api.http.review import router as review_router
 from api.http.routes import ServiceState, router
 from api.http.settings import Settings
+from api.http.ui import router as ui_router
 
 log = logging.getLogger("omni.api")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -43,7 +46,8 @@ def create_app(settings: Settings, engine: Any = None, *,
     if engine is None:
         from omni.serve.engine import DecisionEngine  # lazily: importing api.http.app never loads torch by itself
         engine = DecisionEngine(settings.engine)
-    svc = ServiceState(settings=settings, engine=engine, metrics=Metrics())
+    svc = ServiceState(settings=settings, engine=engine, metrics=Metrics(), review=_review(settings),
+                       reports=report_dirs(settings.review_reports))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -64,11 +68,24 @@ def create_app(settings: Settings, engine: Any = None, *,
     app.state.service = svc
     app.include_router(router)
     app.include_router(cloudflare_router)
+    app.include_router(review_router)
+    if settings.ui:
+        app.include_router(ui_router)
     for cls in handled_classes():
         app.add_exception_handler(cls, _handle)
     app.add_middleware(RequestContext, metrics=svc.metrics)
     app.openapi = lambda: _openapi(app)
     return app
+
+
+def _review(settings: Settings):
+    """The review queues with --review-dir (its labels and kept decisions, plus the batch outputs named), else None."""
+    if settings.review_dir is None:
+        return None
+    from omni.learn.review import ReviewDir
+    from omni.learn.review_queue import ReviewQueues
+
+    return ReviewQueues(ReviewDir(settings.review_dir), list(settings.review_batches), settings.engine)
 
 
 def _load(svc: ServiceState, on_failure: Callable[[BaseException], None] | None,

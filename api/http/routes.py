@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import anyio
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.background import BackgroundTask
 
 from api.http import schemas
 from api.http.errors import BodyTimeout, BodyTooLarge, Unauthorized
@@ -32,6 +34,7 @@ from omni.contract.errors import DeadlineExceeded, NotReady
 from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 
+log = logging.getLogger("omni.api")
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
 
 
@@ -45,6 +48,8 @@ class ServiceState:
     parse_limiter: anyio.CapacityLimiter | None = None
     drain_started: float | None = None   # time.monotonic() of SIGTERM / shutdown
     load_error: str | None = None
+    review: Any = None                   # omni.learn.review_queue.ReviewQueues with --review-dir, else None
+    reports: dict = dataclasses.field(default_factory=dict)   # report id -> eval report directory
 
     def begin_drain(self) -> None:
         if self.drain_started is None:
@@ -97,7 +102,18 @@ router = APIRouter()
              openapi_extra=schemas.DECISION_REQUEST_BODY)
 async def systemone(request: Request) -> Response:
     decision, server_timing = await decide(request)
-    return JSONResponse(decision.to_wire(), headers={"Server-Timing": server_timing})
+    wire = decision.to_wire()
+    review = service(request).review
+    keep = None if review is None else BackgroundTask(_keep, review, request.state.decision_request, wire)
+    return JSONResponse(wire, headers={"Server-Timing": server_timing}, background=keep)   # kept after it is sent
+
+
+def _keep(review: Any, decision_request: DecisionRequest, wire: dict) -> None:
+    """Keep a served decision for review (after its answer was sent); a failure here never reaches the caller."""
+    try:
+        review.review_dir.keep_decision(decision_request, wire)
+    except Exception:   # a full disk, a vanished directory: the service goes on, the operator reads why
+        log.warning("request %s: could not keep the decision for review", decision_request.request_id, exc_info=True)
 
 
 async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = None) -> tuple[Decision, str]:
@@ -122,6 +138,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
         decision_request = await anyio.to_thread.run_sync(_prepare, *prepare_args, limiter=svc.parse_limiter)
     parse_s = time.monotonic() - t_parse
     svc.metrics.observe_parse(parse_s)
+    request.state.decision_request = decision_request
 
     remaining_s = svc.settings.engine.request_timeout_s - (time.monotonic() - arrived)
     if remaining_s <= 0:

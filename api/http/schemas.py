@@ -205,3 +205,87 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     504: {"model": ErrorBody, "description": "the request outlived its deadline"},
     500: {"model": ErrorBody, "description": "a bug; the message carries the request id only"},
 }
+
+
+# ------------------------------------------------------------------------------------------------ review
+class ReviewQueue(BaseModel):
+    id: str
+    kind: Literal["batch", "kept"]
+    name: str
+    items: int
+    reviewed: int = Field(description="items with at least one label")
+
+
+class ReviewQueueList(BaseModel):
+    queues: list[ReviewQueue]
+
+
+class ReviewEntry(BaseModel):
+    key: str
+    confidence: float = Field(description="the item's least confident question's top probability")
+    questions: int
+    labelled: int
+    preview: str
+
+
+class ReviewEntryList(BaseModel):
+    items: list[ReviewEntry]
+
+
+class ReviewQuestion(BaseModel):
+    id: str
+    type: Literal["noul", "choice", "score"]
+    instructions: Entry = None
+    options: list[dict[str, Any]]
+    model: str | None = Field(description="the model's answer as a label id")
+    wire: dict[str, Any]
+
+
+class ReviewMedia(BaseModel):
+    index: int
+    slot: Literal["images", "audio", "videos"]
+    kind: Literal["image", "audio", "video"]
+    type: str | None
+
+
+class ReviewItem(BaseModel):
+    key: str
+    state: Entry
+    questions: list[ReviewQuestion]
+    answers: dict[str, Any]
+    confidence: float
+    labels: dict[str, str]
+    media: list[ReviewMedia]
+
+
+class ReviewLabels(BaseModel):
+    labels: dict[str, str] = Field(description="question id -> label id (noul true/false, choice id, score level)")
+
+
+class ReportRef(BaseModel):
+    id: str
+    name: str
+
+
+class ReportList(BaseModel):
+    reports: list[ReportRef]
+
+
+class Report(BaseModel):
+    id: str
+    name: str
+    metrics: dict[str, Any]
+    markdown: str
+    figures: list[str]
+
+
+REVIEW_LABELS_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["labels"], "properties": {"labels": {
+        "type": "object", "additionalProperties": {"type": ["string", "null"]},
+        "description": "question id -> label id (noul true/false, choice id, score level index) or null to clear"}}}}}}}
+
+REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: ERROR_RESPONSES[401],
+    404: {"model": ErrorBody, "description": "no such queue, item, media item or report; or review is off"},
+    422: {"model": ValidationErrorBody, "description": "a label that is not an answer of its question"},
+}

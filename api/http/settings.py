@@ -41,6 +41,10 @@ class Settings:
     body_timeout_s: float = 30.0             # a request body must arrive within this, else 408
     public_docs: bool = False                # with API keys: /docs and /openapi.json open without a key
     public_metrics: bool = False             # with API keys: /metrics open without a key
+    ui: bool = True                          # the review workbench at /ui (its files carry no data: open)
+    review_dir: str | None = None            # labels, kept decisions and their media; None = review off
+    review_batches: tuple[str, ...] = ()     # `omni batch` outputs offered as review queues (needs review_dir)
+    review_reports: tuple[str, ...] = ()     # `omni eval --out` directories shown on the workbench's Report page
     engine: EngineConfig = field(default_factory=EngineConfig)
     unknown_env: tuple[str, ...] = ()        # OMNI_* names that matched nothing (logged at start)
 
@@ -205,3 +209,18 @@ def _check(s: Settings) -> None:
         raise SettingsError(f"drain_timeout_s must be >= 0, got {s.drain_timeout_s}")
     if any(not k for k in s.api_keys):
         raise SettingsError("api_keys must not contain empty keys")
+    _check_review(s)
+
+
+def _check_review(s: Settings) -> None:
+    """Review paths name files the operator has: checked at start, so a typo is a clear error, not a 404 later."""
+    if s.review_batches and s.review_dir is None:
+        raise SettingsError("review_batches needs review_dir: the directory the reviewers' labels are saved in")
+    if s.review_dir is not None and Path(s.review_dir).exists() and not Path(s.review_dir).is_dir():
+        raise SettingsError(f"review_dir {s.review_dir!r} is not a directory")
+    for path in s.review_batches:
+        if not Path(path).is_file():
+            raise SettingsError(f"review_batches: no batch output file {path!r}")
+    for path in s.review_reports:
+        if not (Path(path) / "metrics.json").is_file():
+            raise SettingsError(f"review_reports: {path!r} is not an `omni eval --out` directory (no metrics.json)")

@@ -3,6 +3,8 @@ for bodies that follow the schema and bodies that break it, every route answers 
 shape (the response schema of its status). Bounded in examples so CI stays fast."""
 from __future__ import annotations
 
+import tempfile
+
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -13,7 +15,7 @@ from omni.serve.engine import DecisionEngine
 from tests.unit.fake_model import FakeModel
 from tests.unit.http.serving import settings_with
 
-SETTINGS = settings_with(max_wait_ms=0)
+SETTINGS = settings_with(max_wait_ms=0, review_dir=tempfile.mkdtemp(prefix="omni-fuzz-review-"))
 ENGINE = DecisionEngine(SETTINGS.engine, FakeModel(SETTINGS.engine)).start()   # ready before any request
 APP = create_app(SETTINGS, ENGINE)
 

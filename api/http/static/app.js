@@ -1,0 +1,583 @@
+// omni-decide workbench: Ask (media + questions -> probability bars), Review (a queue, most uncertain first; labels
+// saved as they are given), Report (an `omni eval` report). Plain ES modules, no dependencies, no external URLs.
+// Talks to the server only through its public API (/v1/systemone, /v1/models, /v1/review/...), with the API key the
+// user typed once (kept in localStorage) when the server asks for one.
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const el = (tag, attrs = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "style") Object.assign(node.style, v);   // CSSOM: allowed by the page's CSP (style attributes are not)
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const child of children.flat()) if (child !== null && child !== undefined) node.append(child);
+  return node;
+};
+const pct = (p) => `${(100 * p).toFixed(2)}%`;
+const KEY_STORE = "omni.apiKey";
+
+// ------------------------------------------------------------------------------------------------ API + key
+async function api(path, options = {}, retried = false) {
+  const headers = new Headers(options.headers || {});
+  const key = localStorage.getItem(KEY_STORE);
+  if (key) headers.set("Authorization", `Bearer ${key}`);
+  const response = await fetch(path, { ...options, headers });
+  if (response.status === 401 && !retried && (await askForKey())) return api(path, options, true);
+  return response;
+}
+
+async function json(path, options) {
+  const response = await api(path, options);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(describe(status, body));
+    this.status = status;
+    this.body = body;
+  }
+}
+
+function describe(status, body) {
+  const detail = body && body.detail;
+  if (Array.isArray(detail)) return detail.map((d) => `${(d.loc || []).slice(1).join(".") || "request"}: ${d.msg}`).join("\n");
+  if (detail && detail.message) return `${status}: ${detail.message}`;
+  return `the server answered ${status}`;
+}
+
+function askForKey() {
+  const dialog = $("#key-dialog");
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      const key = $("#key-input").value.trim();
+      if (dialog.returnValue === "save" && key) {
+        localStorage.setItem(KEY_STORE, key);
+        resolve(true);
+      } else resolve(false);
+    }, { once: true });
+    $("#key-input").value = "";
+    dialog.showModal();
+  });
+}
+
+async function blobUrl(path) {
+  const response = await api(path);
+  if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+  return URL.createObjectURL(await response.blob());
+}
+
+// ------------------------------------------------------------------------------------------------ tabs
+function setupTabs() {
+  const tabs = [...document.querySelectorAll("[role=tab]")];
+  const show = (tab) => {
+    for (const t of tabs) {
+      const on = t === tab;
+      t.setAttribute("aria-selected", String(on));
+      t.tabIndex = on ? 0 : -1;
+      $(`#${t.getAttribute("aria-controls")}`).hidden = !on;
+    }
+    tab.focus();
+    if (tab.id === "tab-review") review.open();
+    if (tab.id === "tab-report") report.open();
+    history.replaceState(null, "", `#${tab.getAttribute("aria-controls")}`);
+  };
+  tabs.forEach((tab, i) => {
+    tab.addEventListener("click", () => show(tab));
+    tab.addEventListener("keydown", (e) => {
+      const step = { ArrowRight: 1, ArrowLeft: -1 }[e.key];
+      if (step) { e.preventDefault(); show(tabs[(i + step + tabs.length) % tabs.length]); }
+    });
+  });
+  const start = tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash);
+  if (start) show(start);
+}
+
+// ------------------------------------------------------------------------------------------------ Ask: media
+const SLOT_OF = { image: "images", audio: "audio", video: "videos" };
+const EXT_KIND = { png: "image", jpg: "image", jpeg: "image", webp: "image", gif: "image", bmp: "image",
+  wav: "audio", mp3: "audio", flac: "audio", ogg: "audio", m4a: "audio", aac: "audio",
+  mp4: "video", webm: "video", mov: "video", mkv: "video" };
+const LIMIT_OF = { images: "images", audio: "audio", videos: "videos" };
+const ask = { media: [], limits: null };
+
+function kindOf(file) {
+  const major = (file.type || "").split("/")[0];
+  if (SLOT_OF[major]) return major;
+  return EXT_KIND[(file.name.split(".").pop() || "").toLowerCase()] || null;
+}
+
+function addFiles(files) {
+  for (const file of files) {
+    const kind = kindOf(file);
+    ask.media.push({ file, kind, slot: kind ? SLOT_OF[kind] : null, url: URL.createObjectURL(file), error: "" });
+  }
+  checkMediaLimits();
+  renderMedia();
+}
+
+function checkMediaLimits() {
+  const seen = { images: 0, audio: 0, videos: 0 };
+  const limits = ask.limits || {};
+  for (const m of ask.media) {
+    m.error = "";
+    if (!m.slot) { m.error = "not a photo, audio clip or video this page knows (png, jpeg, webp, gif, bmp, wav, mp3, flac, ogg, mp4, webm)"; continue; }
+    seen[m.slot] += 1;
+    const most = limits[LIMIT_OF[m.slot]];
+    if (most !== undefined && seen[m.slot] > most) m.error = `at most ${most} ${m.slot} per request (this server's limit)`;
+    const bytes = limits[{ images: "image_bytes", audio: "audio_bytes", videos: "video_bytes" }[m.slot]];
+    if (bytes && m.file.size > bytes) m.error = `${(m.file.size / 1048576).toFixed(1)} MiB is over this server's ${(bytes / 1048576).toFixed(0)} MiB limit for one ${m.kind}`;
+  }
+}
+
+function renderMedia() {
+  const list = $("#media-list");
+  list.replaceChildren();
+  const index = { images: 0, audio: 0, videos: 0 };
+  ask.media.forEach((m, i) => {
+    m.place = m.slot ? `${m.slot}[${index[m.slot]++}]` : null;
+    const preview = m.kind === "image" ? el("img", { src: m.url, alt: `preview of ${m.file.name}` })
+      : m.kind === "audio" ? el("audio", { src: m.url, controls: true, "aria-label": `play ${m.file.name}` })
+      : m.kind === "video" ? el("video", { src: m.url, controls: true, "aria-label": `play ${m.file.name}` }) : null;
+    list.append(el("li", { class: `media-card${m.error ? " failed" : ""}`, "data-place": m.place || "" },
+      el("span", { class: "name", text: `${m.place || "?"} · ${m.file.name} · ${(m.file.size / 1024).toFixed(0)} KiB` }),
+      el("button", { type: "button", "aria-label": `remove ${m.file.name}`, text: "Remove",
+        onclick: () => { URL.revokeObjectURL(m.url); ask.media.splice(i, 1); checkMediaLimits(); renderMedia(); } }),
+      preview ? el("div", { class: "preview" }, preview) : null,
+      el("p", { class: "error media-error", role: "alert", text: m.error })));
+  });
+}
+
+function setupDrop() {
+  const drop = $("#drop");
+  $("#files").addEventListener("change", (e) => { addFiles(e.target.files); e.target.value = ""; });
+  drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (e) => { e.preventDefault(); drop.classList.remove("over"); addFiles(e.dataTransfer.files); });
+}
+
+// ------------------------------------------------------------------------------------------------ Ask: questions
+const PRESETS = {
+  inspection: {
+    state: "Review the installation: a photo of the unit, an audio recording of it running, and a video of the fan.",
+    questions: {
+      label_visible: { type: "noul", instructions: "Is the model and serial number label visible in the photo?" },
+      sounds_normal: { type: "noul", instructions: "Does the unit sound like it is running smoothly, without rattling or grinding?" },
+      fan_running: { type: "noul", instructions: "Is the fan running in the video?" },
+      severity: { type: "score", instructions: "How severe is any fault?", criteria: ["none", "minor", "major"] },
+      next_step: { type: "choice", instructions: "What should happen next?",
+        criteria: { ship: "The unit passes inspection", rework: "Fix and re-inspect", scrap: null } },
+    },
+  },
+  moderation: {
+    state: "A user post with its attachments, as submitted.",
+    questions: {
+      allowed: { type: "noul", instructions: "Is this post allowed under the community guidelines?" },
+      category: { type: "choice", instructions: "What kind of problem does it have, if any?",
+        criteria: { none: "No problem", spam: "Spam or scam", harassment: "Harassment or hate", violence: "Violence or threats", adult: "Adult content" } },
+      severity: { type: "score", instructions: "How severe is the problem?", criteria: ["none", "low", "medium", "high"] },
+    },
+  },
+};
+
+function questionCard(id = "", q = { type: "noul" }) {
+  const type = el("select", { "aria-label": "type" },
+    ["noul", "choice", "score"].map((t) => el("option", { value: t, text: t, selected: t === q.type })));
+  const criteria = q.type === "choice" ? Object.entries(q.criteria || {}).map(([k, v]) => (v === null ? k : `${k}: ${v}`)).join("\n")
+    : q.type === "score" ? (q.criteria || []).join("\n") : "";
+  const options = el("textarea", { rows: 3, "aria-label": "answers", class: "criteria", placeholder: "" });
+  options.value = criteria;
+  const hint = el("p", { class: "hint criteria-hint" });
+  const sync = () => {
+    const t = type.value;
+    options.hidden = t === "noul";
+    hint.textContent = t === "choice" ? "One answer per line: id, or id: description" : t === "score" ? "One level per line, lowest first" : "Answers: true / false";
+  };
+  type.addEventListener("change", sync);
+  const instructions = el("textarea", { rows: 2, "aria-label": "instructions", class: "instructions", placeholder: "The question, in words" });
+  instructions.value = typeof q.instructions === "string" ? q.instructions : q.instructions ? JSON.stringify(q.instructions) : "";
+  const card = el("li", { class: "question" },
+    el("div", { class: "row" },
+      el("input", { type: "text", value: id, "aria-label": "question id", class: "qid", placeholder: "question_id" }), type,
+      el("button", { type: "button", text: "Remove", "aria-label": `remove question ${id}`, onclick: () => card.remove() })),
+    instructions, options, hint);
+  sync();
+  return card;
+}
+
+function questionsFromEditor() {
+  const questions = {};
+  for (const card of document.querySelectorAll("#questions .question")) {
+    const id = $(".qid", card).value.trim();
+    const type = $("select", card).value;
+    const q = { type };
+    const instructions = $(".instructions", card).value.trim();
+    if (instructions) q.instructions = instructions;
+    const lines = $(".criteria", card).value.split("\n").map((l) => l.trim()).filter(Boolean);
+    if (type === "choice") q.criteria = Object.fromEntries(lines.map((l) => {
+      const at = l.indexOf(":");
+      return at < 0 ? [l, null] : [l.slice(0, at).trim(), l.slice(at + 1).trim() || null];
+    }));
+    if (type === "score") q.criteria = lines;
+    if (id) questions[id] = q;
+  }
+  return questions;
+}
+
+function loadQuestions(questions) {
+  $("#questions").replaceChildren(...Object.entries(questions || {}).map(([id, q]) => questionCard(id, q)));
+}
+
+function currentRequest() {
+  if (!$("#raw-editor").hidden) {
+    const raw = JSON.parse($("#raw-json").value);   // SyntaxError: shown by the caller
+    return raw;
+  }
+  const text = $("#state").value;
+  let state = text;
+  if (/^\s*[{[]/.test(text)) { try { state = JSON.parse(text); } catch { state = text; } }
+  return { state, questions: questionsFromEditor() };
+}
+
+function toggleRaw() {
+  const button = $("#toggle-raw");
+  const toRaw = $("#raw-editor").hidden;
+  $("#raw-error").textContent = "";
+  if (toRaw) {
+    $("#raw-json").value = JSON.stringify(currentRequest(), null, 2);
+  } else {
+    let raw;
+    try { raw = JSON.parse($("#raw-json").value); } catch (e) { $("#raw-error").textContent = `not valid JSON: ${e.message}`; return; }
+    $("#state").value = typeof raw.state === "string" ? raw.state : JSON.stringify(raw.state ?? "", null, 2);
+    loadQuestions(raw.questions);
+  }
+  $("#raw-editor").hidden = !toRaw;
+  $("#question-editor").hidden = toRaw;
+  button.setAttribute("aria-pressed", String(toRaw));
+}
+
+// ------------------------------------------------------------------------------------------------ Ask: submit
+async function submitAsk(event) {
+  event.preventDefault();
+  $("#ask-error").textContent = "";
+  let body;
+  try { body = currentRequest(); } catch (e) { $("#ask-error").textContent = `the raw JSON is not valid: ${e.message}`; return; }
+  checkMediaLimits();
+  renderMedia();
+  if (ask.media.some((m) => m.error)) { $("#ask-error").textContent = "fix or remove the files marked above"; return; }
+  const form = new FormData();
+  form.append("request", new Blob([JSON.stringify(body)], { type: "application/json" }), "request.json");
+  for (const m of ask.media) form.append(m.slot, m.file, m.file.name);
+  const button = $("#ask-button");
+  button.disabled = true;
+  $("#ask-status").textContent = "asking…";
+  const started = performance.now();
+  try {
+    const response = await api("/v1/systemone", { method: "POST", body: form });
+    const answer = await response.json().catch(() => null);
+    if (!response.ok) { showAskError(response.status, answer); return; }
+    renderAnswers(body.questions || {}, answer);
+    renderDetails(answer, response.headers.get("server-timing") || "");
+    $("#ask-status").textContent = `answered in ${((performance.now() - started) / 1000).toFixed(2)} s · request ${response.headers.get("x-request-id") || ""}`;
+  } catch (e) {
+    $("#ask-error").textContent = `the request failed: ${e.message}`;
+  } finally {
+    button.disabled = false;
+    if ($("#ask-status").textContent === "asking…") $("#ask-status").textContent = "";
+  }
+}
+
+function showAskError(status, body) {
+  const detail = body && body.detail;
+  const general = [];
+  if (Array.isArray(detail)) {
+    for (const d of detail) {
+      const loc = (d.loc || []).slice(1);
+      const card = loc.length >= 2 ? document.querySelector(`.media-card[data-place="${loc[0]}[${loc[1]}]"]`) : null;
+      if (card) { card.classList.add("failed"); $(".media-error", card).textContent = d.msg; } else general.push(`${loc.join(".") || "request"}: ${d.msg}`);
+    }
+  } else general.push(describe(status, body));
+  $("#ask-error").textContent = general.join("\n") || `the server refused a file (${status}): see the file marked above`;
+  $("#ask-status").textContent = "";
+}
+
+function optionsOf(question, answer) {
+  if (answer.type === "noul") return [["true", answer.noul], ["false", 1 - answer.noul]];
+  const labels = question.type === "score" ? (question.criteria || []) : [];
+  return Object.entries(answer.probabilities || {}).map(([id, p]) => [id, p, labels[Number(id)]]);
+}
+
+function answerCard(id, question, answer) {
+  const options = optionsOf(question || {}, answer);
+  const best = Math.max(...options.map((o) => o[1]));
+  const confidence = answer.confidence ?? best;
+  const extra = answer.type === "score" ? ` · score ${answer.score}` : answer.type === "choice" ? ` · ${answer.choice}` : "";
+  return el("article", { class: "answer", "data-question": id },
+    el("h3", {}, el("span", { text: id }), el("span", { class: "confidence", text: `confidence ${pct(confidence)}${extra}` })),
+    options.map(([option, p, level]) => el("div", { class: `bar${p === best ? " best" : ""}`, "data-question": id, "data-option": option, "data-probability": String(p) },
+      el("span", { class: "label", text: level ? `${option} · ${level}` : option }),
+      el("span", { class: "track", role: "meter", "aria-valuemin": "0", "aria-valuemax": "1", "aria-valuenow": String(p), "aria-label": `${id}: ${option}` },
+        el("span", { class: "fill", style: { width: `${(100 * p).toFixed(2)}%` } })),
+      el("span", { class: "value", text: pct(p) }))));
+}
+
+function renderAnswers(questions, response) {
+  const cards = Object.entries(response.answers || {}).map(([id, answer]) => answerCard(id, questions[id], answer));
+  $("#answers").replaceChildren(...cards);
+}
+
+function renderDetails(response, serverTiming) {
+  const usage = response.x_usage || {};
+  $("#tokens").replaceChildren(...Object.entries(usage).map(([k, v]) => el("tr", {}, el("th", { text: k }), el("td", { class: "num", text: String(v) }))),
+    el("tr", {}, el("th", { text: "total" }), el("td", { class: "num", text: String((response.usage || {}).input_tokens ?? "") })));
+  const rows = serverTiming.split(",").map((s) => s.trim()).filter(Boolean).map((entry) => {
+    const [name, ...params] = entry.split(";").map((s) => s.trim());
+    const dur = params.find((p) => p.startsWith("dur="));
+    const desc = params.find((p) => p.startsWith("desc="));
+    return el("tr", { "data-timing": name }, el("th", { text: name }),
+      el("td", { class: "num", text: dur ? `${Number(dur.slice(4)).toFixed(1)} ms` : desc ? desc.slice(5).replaceAll('"', "") : "" }));
+  });
+  $("#timings").replaceChildren(...rows);
+  $("#ask-details").hidden = false;
+}
+
+// ------------------------------------------------------------------------------------------------ Review
+const review = {
+  queues: [], queue: null, items: [], index: -1, item: null, question: 0, opened: false, urls: [],
+
+  async open() {
+    if (this.opened) return;
+    this.opened = true;
+    await this.loadQueues();
+  },
+
+  async loadQueues() {
+    $("#review-error").textContent = "";
+    try {
+      this.queues = (await json("/v1/review/queues")).queues;
+    } catch (e) { $("#review-error").textContent = e.message; return; }
+    $("#queue").replaceChildren(...this.queues.map((q) => el("option", { value: q.id, text: `${q.name} (${q.reviewed}/${q.items} reviewed)` })));
+    if (this.queues.length) await this.loadItems();
+    else $("#item").replaceChildren(el("p", { class: "hint", text: "No queues: start the server with --review-dir (and --review-batches)." }));
+  },
+
+  async loadItems(keepKey = null) {
+    this.queue = $("#queue").value;
+    const params = new URLSearchParams({ order: $("#order").value, threshold: $("#threshold").value || "0.9" });
+    try {
+      this.items = (await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items?${params}`)).items;
+    } catch (e) { $("#review-error").textContent = e.message; return; }
+    if (!$("#show-done").checked) this.items = this.items.filter((it) => it.labelled < it.questions || it.key === keepKey);
+    this.renderList();
+    const at = keepKey ? this.items.findIndex((it) => it.key === keepKey) : -1;
+    if (this.items.length) await this.show(at >= 0 ? at : 0);
+    else { this.item = null; $("#item").replaceChildren(el("p", { class: "hint", text: "Nothing left to review in this queue." })); }
+  },
+
+  renderList() {
+    $("#items").replaceChildren(...this.items.map((it, i) => el("li", {},
+      el("button", { type: "button", "data-key": it.key, "aria-current": String(i === this.index), onclick: () => this.show(i) },
+        el("span", { class: "conf", text: pct(it.confidence) }),
+        el("span", { class: it.labelled >= it.questions ? "done" : "", text: `${it.labelled}/${it.questions} labelled` }),
+        el("span", { class: "preview", text: it.preview })))));
+  },
+
+  async show(index) {
+    this.index = index;
+    for (const url of this.urls) URL.revokeObjectURL(url);
+    this.urls = [];
+    const key = this.items[index].key;
+    for (const b of document.querySelectorAll("#items button")) b.setAttribute("aria-current", String(b.dataset.key === key));
+    try {
+      this.item = await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(key)}`);
+    } catch (e) { $("#review-error").textContent = e.message; return; }
+    const firstOpen = this.item.questions.findIndex((q) => !(q.id in this.item.labels));
+    this.question = firstOpen >= 0 ? firstOpen : 0;
+    await this.renderItem();
+  },
+
+  async renderItem() {
+    const item = this.item;
+    const media = el("div", { class: "media" });
+    for (const m of item.media) {
+      const path = `/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(item.key)}/media/${m.index}`;
+      const holder = el("figure", { "data-media": `${m.slot}[${m.index}]` });
+      media.append(holder);
+      blobUrl(path).then((url) => {
+        this.urls.push(url);
+        const label = `${m.slot}[${m.index}]`;
+        holder.append(m.kind === "image" ? el("img", { src: url, alt: label })
+          : el(m.kind === "video" ? "video" : "audio", { src: url, controls: true, preload: "metadata", "aria-label": `play ${label}` }));
+      }).catch((e) => holder.append(el("p", { class: "error", text: e.message })));
+    }
+    const state = typeof item.state === "string" ? item.state : JSON.stringify(item.state, null, 2);
+    $("#item").replaceChildren(
+      el("h2", { class: "panel-title", text: `Item ${item.key} · confidence ${pct(item.confidence)}` }),
+      item.media.length ? media : null,
+      el("div", { class: "state", text: state }),
+      ...item.questions.map((q, qi) => this.questionBlock(q, qi)));
+    this.highlight();
+  },
+
+  questionBlock(q, qi) {
+    const answer = answerOf(this.item, q.id);
+    const probs = Object.fromEntries(optionsOf({ type: q.type, criteria: q.options.map((o) => o.description) }, answer).map(([id, p]) => [id, p]));
+    const saved = this.item.labels[q.id];
+    const status = saved === undefined ? "not labelled yet" : saved === q.model ? `saved: ${saved} (the model's answer)` : `saved: ${saved} (corrects the model's ${q.model})`;
+    return el("section", { class: "rq", "data-question": q.id, "data-index": String(qi) },
+      el("h3", { text: `${qi + 1}. ${q.id} — ${typeof q.instructions === "string" ? q.instructions : JSON.stringify(q.instructions ?? "")}` }),
+      q.options.map((o) => answerBar(q.id, o, probs[o.id] ?? 0, q.model)),
+      el("div", { class: "options", role: "group", "aria-label": `answers to ${q.id}` },
+        q.options.map((o, oi) => el("button", { type: "button", "data-option": o.id, class: o.id === q.model ? "model" : "",
+          "aria-pressed": String(saved === o.id), title: o.id === q.model ? "the model's answer" : "",
+          onclick: () => this.label(qi, o.id) }, el("kbd", { text: String(oi + 1) }), el("span", { text: optionName(q, o) })))),
+      el("p", { class: saved === undefined ? "hint" : `saved${saved !== q.model ? " corrected" : ""}`, "data-saved": saved ?? "", text: status }));
+  },
+
+  highlight() {
+    document.querySelectorAll("#item .rq").forEach((block, i) => block.classList.toggle("current", i === this.question));
+    const current = document.querySelector(`#item .rq[data-index="${this.question}"]`);
+    if (current) current.scrollIntoView({ block: "nearest" });
+  },
+
+  async label(qi, optionId) {
+    const q = this.item.questions[qi];
+    $("#review-error").textContent = "";
+    try {
+      const saved = await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(this.item.key)}/labels`,
+        { method: "PUT", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ labels: { [q.id]: optionId } }) });
+      this.item.labels = saved.labels;
+    } catch (e) { $("#review-error").textContent = e.message; return; }
+    const entry = this.items[this.index];
+    entry.labelled = Object.keys(this.item.labels).length;
+    const block = document.querySelector(`#item .rq[data-index="${qi}"]`);
+    block.replaceWith(this.questionBlock(q, qi));
+    this.renderList();
+    if (optionId === null) { this.highlight(); return; }
+    if (qi + 1 < this.item.questions.length) { this.question = qi + 1; this.highlight(); } else if (this.index + 1 < this.items.length) await this.show(this.index + 1);
+    else this.highlight();
+  },
+
+  async onKey(e) {
+    if (!this.item || $("#review").hidden || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.target.closest("input, textarea, select, dialog")) return;
+    const q = this.item.questions[this.question];
+    const digit = /^[1-9]$/.test(e.key) ? Number(e.key) - 1 : -1;
+    if (digit >= 0 && digit < q.options.length) { e.preventDefault(); await this.label(this.question, q.options[digit].id); }
+    else if ((e.key === "Enter" && !e.target.closest("button")) || e.key === "a") { e.preventDefault(); if (q.model !== null) await this.label(this.question, q.model); }
+    else if (e.key === "j" || e.key === "ArrowDown") { e.preventDefault(); this.question = Math.min(this.question + 1, this.item.questions.length - 1); this.highlight(); }
+    else if (e.key === "k" || e.key === "ArrowUp") { e.preventDefault(); this.question = Math.max(this.question - 1, 0); this.highlight(); }
+    else if (e.key === "n") { e.preventDefault(); if (this.index + 1 < this.items.length) await this.show(this.index + 1); }
+    else if (e.key === "p") { e.preventDefault(); if (this.index > 0) await this.show(this.index - 1); }
+    else if (e.key === "Delete") { e.preventDefault(); await this.label(this.question, null); }
+  },
+};
+
+function answerOf(item, id) { return (item.answers || {})[id] || {}; }
+
+function optionName(q, o) {
+  if (q.type === "score" && typeof o.description === "string") return `${o.id} · ${o.description}`;
+  return o.id;
+}
+
+function answerBar(qid, option, p, model) {
+  return el("div", { class: `bar${option.id === model ? " best" : ""}`, "data-question": qid, "data-option": option.id, "data-probability": String(p) },
+    el("span", { class: "label", text: option.id }),
+    el("span", { class: "track", role: "meter", "aria-valuemin": "0", "aria-valuemax": "1", "aria-valuenow": String(p), "aria-label": `${qid}: ${option.id}` },
+      el("span", { class: "fill", style: { width: `${(100 * p).toFixed(2)}%` } })),
+    el("span", { class: "value", text: pct(p) }));
+}
+
+// ------------------------------------------------------------------------------------------------ Report
+const report = {
+  opened: false,
+  async open() {
+    if (this.opened) return;
+    this.opened = true;
+    try {
+      const { reports } = await json("/v1/review/reports");
+      $("#report-select").replaceChildren(...reports.map((r) => el("option", { value: r.id, text: r.name })));
+      if (reports.length) await this.show(reports[0].id);
+      else $("#report-body").replaceChildren(el("p", { class: "hint", text: "No reports: run `omni eval DATA --out DIR` and start the server with --review-reports DIR." }));
+    } catch (e) { $("#report-error").textContent = e.message; }
+  },
+  async show(id) {
+    $("#report-error").textContent = "";
+    let data;
+    try { data = await json(`/v1/review/reports/${encodeURIComponent(id)}`); } catch (e) { $("#report-error").textContent = e.message; return; }
+    const figures = el("div", { class: "report-figures" });
+    for (const name of data.figures) {
+      const img = el("img", { alt: name.replace(/\.png$/, "").replaceAll("_", " ") });
+      figures.append(el("figure", {}, img, el("figcaption", { class: "hint", text: name })));
+      blobUrl(`/v1/review/reports/${encodeURIComponent(id)}/figures/${encodeURIComponent(name)}`).then((url) => { img.src = url; })
+        .catch((e) => figures.append(el("p", { class: "error", text: e.message })));
+    }
+    const m = data.metrics;
+    $("#report-body").replaceChildren(el("h2", { class: "panel-title", text: data.name }),
+      el("p", { class: "hint", text: `threshold / coverage: the lowest confidence whose auto-decided answers reach precision ${m.target_precision}, and the share of answers at or above it` }),
+      el("h3", { text: "Per type" }), metricsTable(m.types || {}, false),
+      el("h3", { text: "Per question" }), metricsTable(m.questions || {}, true),
+      el("h3", { text: "Figures" }), figures,
+      el("details", {}, el("summary", { text: "report.md" }), el("div", { class: "report-md", text: data.markdown })));
+  },
+};
+
+function metricsTable(entries, withType) {
+  const fmt = (v) => (typeof v === "number" && Number.isFinite(v) ? v.toFixed(3) : "–");
+  const head = [withType ? "question" : "type", ...(withType ? ["type"] : []), "n", "accuracy", "macro-F1", "NLL", "Brier", "ECE", "threshold", "coverage"];
+  return el("div", { class: "table-scroll" }, el("table", { class: "compact metrics" },
+    el("tr", {}, head.map((h) => el("th", { scope: "col", text: h }))),
+    Object.entries(entries).map(([name, q]) => el("tr", { "data-row": name },
+      el("th", { scope: "row", text: name }), withType ? el("td", { text: q.type }) : null,
+      el("td", { class: "num", text: String(q.count) }),
+      [q.accuracy, q.macro_f1, q.nll, q.brier, q.ece, (q.precision_threshold || {}).threshold, (q.precision_threshold || {}).coverage]
+        .map((v) => el("td", { class: "num", text: fmt(v) }))))));
+}
+
+// ------------------------------------------------------------------------------------------------ start
+async function loadModel() {
+  try {
+    const models = await json("/v1/models");
+    const card = models.models[0];
+    ask.limits = card.limits && card.limits.inputs;
+    $("#model-name").textContent = `${card.name}${card.tiny_default ? " · tiny demo model (not real answers)" : ""}`;
+    $("#limits-hint").textContent = ask.limits ? `Up to ${ask.limits.images} photos, ${ask.limits.audio} audio clips and ${ask.limits.videos} videos.` : "";
+  } catch (e) {
+    $("#model-name").textContent = e.status === 503 ? "the model is still loading…" : `model: ${e.message}`;
+    if (e.status === 503) setTimeout(loadModel, 2000);
+  }
+}
+
+function start() {
+  setupTabs();
+  setupDrop();
+  $("#ask-form").addEventListener("submit", submitAsk);
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("#ask").hidden) { e.preventDefault(); $("#ask-form").requestSubmit(); }
+    else review.onKey(e);
+  });
+  $("#load-preset").addEventListener("click", () => {
+    const preset = PRESETS[$("#preset").value];
+    if (!preset) return;
+    $("#state").value = preset.state;
+    loadQuestions(preset.questions);
+    if (!$("#raw-editor").hidden) $("#raw-json").value = JSON.stringify(currentRequest(), null, 2);
+  });
+  $("#toggle-raw").addEventListener("click", toggleRaw);
+  $("#add-question").addEventListener("click", () => { const card = questionCard(); $("#questions").append(card); $(".qid", card).focus(); });
+  $("#key-button").addEventListener("click", () => askForKey());
+  for (const id of ["#queue", "#order", "#show-done"]) $(id).addEventListener("change", () => review.loadItems());
+  $("#threshold").addEventListener("change", () => review.loadItems());
+  $("#reload-queue").addEventListener("click", () => review.loadQueues());
+  $("#report-select").addEventListener("change", (e) => report.show(e.target.value));
+  loadQuestions({});
+  loadModel();
+}
+
+start();
