@@ -1,7 +1,7 @@
 """The `omni` command: one subcommand per job, each wired from its own module; one place prints errors.
 
-`decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `serve` and
-`review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed). A caller's mistake is one line on stderr and exit 2, never a
+`decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
+(api/cli/batch.py), `serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed). A caller's mistake is one line on stderr and exit 2, never a
 traceback. Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from preprocess.errors import MediaError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import decide, learn
+    from api.cli import batch, decide, learn
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
          learn.run_calibrate),
         ("finetune", "fine-tune the head (or LoRA / the thinker) on labelled data", learn.add_finetune_arguments,
          learn.run_finetune),
+        ("batch", "answer a backlog (JSONL of requests) into a resumable JSONL of records", batch.add_batch_arguments,
+         batch.run_batch),
     ]
     try:
         from api.cli.serve import add_serve_arguments, run_serve

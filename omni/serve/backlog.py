@@ -1,0 +1,237 @@
+"""Backlogs: a JSONL file of requests → an output file with one record per line, answered by an engine-like backend
+with a bounded number of lines in flight; rerunning the same command resumes.
+
+The runner reads the input lazily (lines numbered from 1, split on "\\n" only; blank lines skipped), hands each
+pending line to `concurrency` worker threads, and each worker asks the backend for that line's answer: in-process,
+`EngineBackend` parses the line and waits on `DecisionEngine.submit`, so the engine micro-batches the lines in
+flight; a remote backend posts it to a server. Records (the format of `omni.contract.batch_file`) are appended as
+answers finish, in completion order, one flushed write per record; a line whose last record is an answer is skipped
+on a rerun, a line whose last record is an error is tried again and gets a new record (readers keep the last one).
+A failing line only ever costs its own record; a backend that cannot answer at all (`BackendUnavailable`) stops the
+run, leaving the lines not yet written for the next run.
+Knows nothing of HTTP, argv, status codes or how a line becomes a request: the edge passes the backend (with its
+line parser) and `describe(exc, request_id) -> (status, body)`, the error table's view of a failure.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from omni.contract.batch_file import read_batch_output
+from omni.contract.errors import NotReady, Overloaded
+from omni.contract.types import DecisionRequest
+
+__all__ = ["BackendUnavailable", "BacklogSummary", "EngineBackend", "LineFailed", "OutputWriter", "answered_lines",
+           "input_reference", "pending_lines", "read_batch_output", "run_backlog"]
+
+Describe = Callable[[BaseException, str], tuple[int, dict]]
+# characters Python's str.splitlines() breaks on that json.dumps(ensure_ascii=False) leaves raw inside strings
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
+class LineFailed(Exception):
+    """A line's answer is an error the backend already holds in wire form (a server's status and body)."""
+
+    def __init__(self, status: int, body: Any):
+        self.status, self.body = status, body
+        super().__init__(f"status {status}")
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot answer any line now (a server that does not answer, a key it refuses): the run stops."""
+
+
+class Backend(Protocol):
+    def answer(self, text: bytes, request_id: str) -> dict:
+        """The System One response body for one input line (without its line break); raises on failure."""
+
+
+@dataclass
+class BacklogSummary:
+    pending: int = 0          # lines to answer in this run (not blank, not answered before)
+    answered: int = 0
+    failed: int = 0           # lines that got an error record in this run
+    skipped: int = 0          # lines answered by an earlier run
+    aborted: str | None = None
+    wall_s: float = 0.0
+
+
+class EngineBackend:
+    """In-process: `parse(text) -> DecisionRequest`, then the engine's serving path (admission, decode pool,
+    micro-batcher). A full queue (Overloaded) or a stopping engine is retried `retries` times after its wait."""
+
+    def __init__(self, engine: Any, parse: Callable[[bytes], DecisionRequest], deadline_s: float | None = None,
+                 retries: int = 5, max_wait_s: float = 30.0, sleep: Callable[[float], None] = time.sleep):
+        self.engine, self.parse, self.deadline_s = engine, parse, deadline_s
+        self.retries, self.max_wait_s, self.sleep = retries, max_wait_s, sleep
+
+    def answer(self, text: bytes, request_id: str) -> dict:
+        request = dataclasses.replace(self.parse(text), request_id=request_id)
+        for attempt in range(self.retries + 1):
+            try:
+                return self.engine.submit(request, deadline_s=self.deadline_s).result().to_wire()
+            except (Overloaded, NotReady) as exc:
+                if attempt == self.retries:
+                    raise
+                self.sleep(min(self.max_wait_s, float(getattr(exc, "retry_after_s", 1.0))))
+        raise AssertionError("unreachable")
+
+
+def input_reference(input_path: str | Path, out_path: str | Path) -> str:
+    """The input file as records name it: relative to the output's folder when possible, else absolute."""
+    absolute = Path(input_path).resolve()
+    try:
+        return Path(os.path.relpath(absolute, Path(out_path).resolve().parent)).as_posix()
+    except ValueError:        # another drive (Windows): no relative path exists
+        return str(absolute)
+
+
+def answered_lines(out_path: str | Path) -> set[int]:
+    """Lines whose last record in the output is an answer (a rerun skips them)."""
+    return {line for line, record in read_batch_output(out_path).items() if "response" in record}
+
+
+def pending_lines(input_path: str | Path, answered: set[int]) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, its bytes without the line break) for every non-blank line not in `answered`."""
+    with open(input_path, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            text = raw.rstrip(b"\r\n")
+            if text.strip() and number not in answered:
+                yield number, text
+
+
+class OutputWriter:
+    """Appends records to the output, one flushed write each; a torn last record (a crash mid-write) is closed off
+    first so that the next record starts on its own line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file = open(self.path, "ab")  # noqa: SIM115  (held for the run, closed by close())
+        if self._file.tell() > 0:
+            with open(self.path, "rb") as existing:
+                existing.seek(-1, os.SEEK_END)
+                if existing.read(1) != b"\n":
+                    self._file.write(b"\n")
+
+    def write(self, record: dict) -> None:
+        data = encode_record(record)
+        with self._lock:
+            self._file.write(data)
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def encode_record(record: dict) -> bytes:
+    """One record as a line of UTF-8 JSON that every line splitter sees as one line."""
+    try:
+        text = json.dumps(record, ensure_ascii=False)
+        for char, escape in _LINE_BREAKS.items():
+            text = text.replace(char, escape)      # only ever inside JSON strings, where the escape means the same
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:                     # a lone surrogate: \\u escapes are still valid JSON
+        return json.dumps(record).encode("ascii") + b"\n"
+
+
+def answer_line(backend: Backend, describe: Describe, number: int, text: bytes, reference: str) -> dict:
+    """The record of one line: its answer or its error (BackendUnavailable goes up: no record)."""
+    request_id = uuid.uuid4().hex
+    record: dict[str, Any] = {"line": number, "input": reference}
+    try:
+        record["response"] = backend.answer(text, request_id)
+        return record
+    except BackendUnavailable:
+        raise
+    except LineFailed as exc:
+        status, body = exc.status, exc.body
+    except Exception as exc:  # noqa: BLE001  (every failure of a line is that line's record, never the run's end)
+        status, body = describe(exc, request_id)
+    record["error"] = {"status": status, "body": body}
+    return record
+
+
+def run_backlog(input_path: str | Path, out_path: str | Path, backend: Backend, describe: Describe,
+                concurrency: int = 16, progress: bool = True) -> BacklogSummary:
+    """Answer every pending line of `input_path` into `out_path` with at most `concurrency` lines in flight."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    answered = answered_lines(out_path)
+    summary = BacklogSummary(pending=sum(1 for _ in pending_lines(input_path, answered)))
+    summary.skipped = len(answered)
+    reference = input_reference(input_path, out_path)
+    writer = OutputWriter(out_path)
+    started = time.perf_counter()
+    try:
+        with _progress_bar(summary.pending, progress) as bar:
+            _feed(pending_lines(input_path, answered), concurrency, summary,
+                  lambda number, text: answer_line(backend, describe, number, text, reference), writer, bar)
+    finally:
+        writer.close()
+        summary.wall_s = time.perf_counter() - started
+    return summary
+
+
+def _feed(lines: Iterator[tuple[int, bytes]], concurrency: int, summary: BacklogSummary,
+          answer: Callable[[int, bytes], dict], writer: OutputWriter, bar: Any) -> None:
+    """Workers take lines from a bounded queue and write their records; the first fatal error stops the feeding."""
+    work: queue.Queue = queue.Queue(maxsize=concurrency)
+    stop = threading.Event()
+    fatal: list[BaseException] = []
+    tally = threading.Lock()
+
+    def worker() -> None:
+        while (item := work.get()) is not None:
+            if stop.is_set():
+                continue                  # drain what was queued: those lines are left for the next run
+            try:
+                record = answer(*item)
+                writer.write(record)
+            except BackendUnavailable as exc:
+                summary.aborted = summary.aborted or str(exc)
+                stop.set()
+                continue
+            except BaseException as exc:  # noqa: BLE001  (the output cannot be written, a bug: re-raised below)
+                fatal.append(exc)
+                stop.set()
+                continue
+            with tally:
+                summary.answered += "response" in record
+                summary.failed += "error" in record
+                bar.update(1)
+
+    threads = [threading.Thread(target=worker, name=f"omni-batch-{i}", daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    try:
+        for item in lines:
+            if stop.is_set():
+                break
+            work.put(item)
+    except BaseException:                 # Ctrl-C: the lines in flight finish and are written, the rest wait
+        stop.set()
+        raise
+    finally:
+        for _ in threads:
+            work.put(None)
+        for thread in threads:
+            thread.join()
+    if fatal:
+        raise fatal[0]
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="line", desc="omni batch", dynamic_ncols=True, disable=not enabled)
