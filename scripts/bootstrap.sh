@@ -11,3 +11,13 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "${OMNI_KEEP_TORCH:-0}"
 fi
 .venv/bin/python -m pip install -q -e ".[serve,train,dev]"
 echo "omni-decide installed in .venv ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))" >&2
+# The workbench's browser tests drive the system's Chromium (Playwright never downloads a browser here).
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${OMNI_CHROMIUM:-}" ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's chromium for the browser tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "could not install chromium: the browser tests will be skipped" >&2
+  else
+    echo "no chromium found: the browser tests will be skipped (apt-get install chromium, or OMNI_CHROMIUM=PATH)" >&2
+  fi
+fi

@@ -20,8 +20,8 @@ from typing import Any
 from omni.contract.batch_file import read_batch_output
 from omni.contract.config import EngineConfig
 from omni.contract.render import render_question
-from omni.contract.request import parse_request
 from omni.contract.types import DecisionRequest
+from omni.learn.dataset import parse_request_line
 from omni.learn.review import ReviewDir, answer_confidence, top_answer
 
 BROWSER_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
@@ -63,7 +63,7 @@ class BatchSource:
                 continue
             source = (self.path.parent / record["input"]).resolve()
             if source not in inputs:
-                inputs[source] = source.read_text(encoding="utf-8").splitlines()
+                inputs[source] = source.read_text(encoding="utf-8").split("\n")   # numbered as `omni batch` does
             body = json.loads(inputs[source][line - 1])
             decided.append(Decided(f"{self.id}-{line}", body, source.parent, record["response"].get("answers", {})))
         return decided
@@ -157,10 +157,7 @@ class ReviewQueues:
 
 def parse_item(body: dict, root: Path, config: EngineConfig) -> DecisionRequest:
     """A kept or batch request body (media as data URLs or paths relative to `root`) -> the parsed request."""
-    from omni.learn.dataset import _split_media
-
-    stripped, parts = _split_media(body, root)
-    return parse_request(stripped, config, parts)
+    return parse_request_line(json.dumps(body), root, config)
 
 
 def _preview(state: Any) -> str:

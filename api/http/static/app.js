@@ -284,6 +284,8 @@ async function submitAsk(event) {
     if (!response.ok) { showAskError(response.status, answer); return; }
     renderAnswers(body.questions || {}, answer);
     renderDetails(answer, response.headers.get("server-timing") || "");
+    const top = $("#answers").getBoundingClientRect().top;
+    if (top < 0 || top > window.innerHeight * 0.8) $("#answers").scrollIntoView({ block: "start" });   // one column
     $("#ask-status").textContent = `answered in ${((performance.now() - started) / 1000).toFixed(2)} s · request ${response.headers.get("x-request-id") || ""}`;
   } catch (e) {
     $("#ask-error").textContent = `the request failed: ${e.message}`;
@@ -464,18 +466,31 @@ const review = {
     else this.highlight();
   },
 
-  async onKey(e) {
-    if (!this.item || $("#review").hidden || e.ctrlKey || e.metaKey || e.altKey) return;
+  // Keys are handled in the order they were pressed: each waits for the one before (a label is saved, the next
+  // question or item is shown) before it reads which question is current, however fast the reviewer types.
+  keys: Promise.resolve(),
+
+  onKey(e) {
+    if ($("#review").hidden || e.ctrlKey || e.metaKey || e.altKey) return;
     if (e.target.closest("input, textarea, select, dialog")) return;
+    const ours = /^[1-9]$/.test(e.key) || ["a", "j", "k", "n", "p", "ArrowDown", "ArrowUp", "Delete"].includes(e.key)
+      || (e.key === "Enter" && !e.target.closest("button"));
+    if (!ours) return;
+    e.preventDefault();
+    this.keys = this.keys.then(() => this.act(e.key)).catch((err) => { $("#review-error").textContent = err.message; });
+  },
+
+  async act(key) {
+    if (!this.item) return;
     const q = this.item.questions[this.question];
-    const digit = /^[1-9]$/.test(e.key) ? Number(e.key) - 1 : -1;
-    if (digit >= 0 && digit < q.options.length) { e.preventDefault(); await this.label(this.question, q.options[digit].id); }
-    else if ((e.key === "Enter" && !e.target.closest("button")) || e.key === "a") { e.preventDefault(); if (q.model !== null) await this.label(this.question, q.model); }
-    else if (e.key === "j" || e.key === "ArrowDown") { e.preventDefault(); this.question = Math.min(this.question + 1, this.item.questions.length - 1); this.highlight(); }
-    else if (e.key === "k" || e.key === "ArrowUp") { e.preventDefault(); this.question = Math.max(this.question - 1, 0); this.highlight(); }
-    else if (e.key === "n") { e.preventDefault(); if (this.index + 1 < this.items.length) await this.show(this.index + 1); }
-    else if (e.key === "p") { e.preventDefault(); if (this.index > 0) await this.show(this.index - 1); }
-    else if (e.key === "Delete") { e.preventDefault(); await this.label(this.question, null); }
+    const digit = /^[1-9]$/.test(key) ? Number(key) - 1 : -1;
+    if (digit >= 0) { if (digit < q.options.length) await this.label(this.question, q.options[digit].id); }
+    else if (key === "Enter" || key === "a") { if (q.model !== null) await this.label(this.question, q.model); }
+    else if (key === "j" || key === "ArrowDown") { this.question = Math.min(this.question + 1, this.item.questions.length - 1); this.highlight(); }
+    else if (key === "k" || key === "ArrowUp") { this.question = Math.max(this.question - 1, 0); this.highlight(); }
+    else if (key === "n") { if (this.index + 1 < this.items.length) await this.show(this.index + 1); }
+    else if (key === "p") { if (this.index > 0) await this.show(this.index - 1); }
+    else if (key === "Delete") await this.label(this.question, null);
   },
 };
 
