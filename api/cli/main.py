@@ -41,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         from api.cli.review import add_review_arguments, run_review
 
         commands.append(("serve", "run the HTTP server (POST /v1/systemone)", add_serve_arguments, run_serve))
-        commands.append(("review", "the review workbench on this machine (omni serve with review on; prints the "
-                                   "page's address)", add_review_arguments, run_review))
+        commands.append(("review", "the review workbench on this machine (omni serve with review on)",
+                         add_review_arguments, run_review))
     for name, help_text, add, run in commands:
         command = sub.add_parser(name, help=help_text)
         add(command)
