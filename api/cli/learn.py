@@ -1,6 +1,7 @@
 """`omni eval`, `omni calibrate` and `omni finetune`: argv → labelled dataset + model → reports and checkpoints.
 
-An edge like `api/cli/decide.py`: parses flags, reads the dataset (the wire parser's rules, before any model work),
+An edge like `api/cli/decide.py`: parses flags, reads the dataset (the wire parser's rules, before any model work;
+a review directory stands for its `labels.jsonl`, whose media paths are relative to the directory),
 loads the model with `ClefModel.from_config` (so the tiny default, hub ids and strict loading behave as in `omni
 decide`), and hands the work to `omni.learn.evaluation`, `omni.model.calibration` and `omni.learn.training`.
 Knows nothing of model internals or HTTP.
@@ -13,7 +14,8 @@ from pathlib import Path
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data", help="labelled dataset: JSONL, one System One request with `labels` per line")
+    parser.add_argument("data", help="labelled dataset: JSONL, one System One request with `labels` per line, or "
+                        "a review directory (its labels.jsonl)")
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny default)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
@@ -39,10 +41,23 @@ def _config(args: argparse.Namespace):
     return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
 
 
+def _dataset_file(path: str) -> Path:
+    """The dataset file a DATA argument names: the file itself, or a review directory's labels.jsonl."""
+    from omni.learn.dataset import DatasetError
+    from omni.learn.review import REVIEW_DATASET_FILE, dataset_path
+
+    file = dataset_path(path)
+    if Path(path).is_dir() and not file.is_file():
+        message = (f"a directory without {REVIEW_DATASET_FILE}: not a review directory (give a dataset file or "
+                   "a directory that `omni review` labelled)")
+        raise DatasetError(path, [(0, message)])
+    return file
+
+
 def _records(args: argparse.Namespace, path: str | None = None):
     from omni.learn.dataset import load_dataset
 
-    return load_dataset(path or args.data, _config(args))
+    return load_dataset(_dataset_file(path or args.data), _config(args))
 
 
 def _say(message: str) -> None:
@@ -70,9 +85,10 @@ def run_eval(args: argparse.Namespace) -> int:
     calibration = load_calibration(directory) if args.calibration else None
     if args.calibration and calibration is None:
         raise CalibrationError(f"--calibration: {directory} has no calibration.json (fit one with `omni calibrate`)")
-    scored = collect_logits(model, records, args.batch_size, not args.quiet, "evaluating", args.data)
+    scored = collect_logits(model, records, args.batch_size, not args.quiet, "evaluating",
+                            str(_dataset_file(args.data)))
     result, groups, pooled = compute_metrics(scored, calibration, args.target_precision)
-    result["meta"] = {"model": str(directory), "dataset": str(args.data), "records": len(records),
+    result["meta"] = {"model": str(directory), "dataset": str(_dataset_file(args.data)), "records": len(records),
                       "labelled questions": len(scored), "calibration": "on" if calibration else "off"}
     out = write_report(result, groups, pooled, scored, args.out, calibration, plots=not args.no_plots)
     print(format_summary(result))
@@ -98,7 +114,8 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
     parser.add_argument("--out", default=None, help="where to write calibration.json (default: the model directory)")
     parser.add_argument("--min-samples", type=int, default=20,
-                        help="groups (question type × option-count band) with fewer labels keep temperature 1")
+                        help="a bucket with fewer labels is not fitted: type × band × modality set falls back to "
+                        "type × band, and that to temperature 1 (default 20)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -108,25 +125,33 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     records = _records(args)
     model = _model(args)
-    scored = collect_logits(model, records, args.batch_size, not args.quiet, "scoring", args.data)
+    scored = collect_logits(model, records, args.batch_size, not args.quiet, "scoring", str(_dataset_file(args.data)))
     directory = model.source.directory
-    calibration = fit_calibration(((s.question_type, s.logits, s.label) for s in scored),
+    calibration = fit_calibration(((s.question_type, s.logits, s.label, s.modality) for s in scored),
                                   checkpoint_fingerprint(directory), args.min_samples)
     path = save_calibration(calibration, Path(args.out) if args.out else directory)
     before, after = (compute_metrics(scored, c)[0]["types"]["all"] for c in (None, calibration))
+    width = max([14] + [len(key) for key in calibration.details])
     for key, detail in calibration.details.items():
-        temperature = f"T = {detail['temperature']:.3f}" if detail["fitted"] else "not fitted (too few samples)"
-        if detail.get("at_bound"):
-            temperature += " (search bound: labels separable)"
-        print(f"{key:<14} n = {detail['samples']:<6} {temperature:<30} NLL {detail['nll_before']:.4f} → "
-              f"{detail['nll_after']:.4f}")
-    print(f"{'all':<14} NLL {before['nll']:.4f} → {after['nll']:.4f}, ECE ({metrics.ECE_BINS} bins) "
+        print(f"{key:<{width}} n = {detail['samples']:<6} {_fit_summary(key, detail):<42} "
+              f"NLL {detail['nll_before']:.4f} → {detail['nll_after']:.4f}")
+    print(f"{'all':<{width}} NLL {before['nll']:.4f} → {after['nll']:.4f}, ECE ({metrics.ECE_BINS} bins) "
           f"{before['ece']:.4f} → {after['ece']:.4f}")
     if any(d.get("at_bound") for d in calibration.details.values()):
         _say("omni: warning: a temperature sits at its search bound — the model separates these labels perfectly, "
              "so the fit cannot tell how sure it should be; calibrate on harder (or more) data")
     _say(f"omni: wrote {path} (bound to this checkpoint; serving applies it only when calibration is switched on)")
     return 0
+
+
+def _fit_summary(key: str, detail: dict) -> str:
+    """'T = 1.234', 'T = 0.010 (search bound: …)', or what an unfitted bucket falls back to."""
+    if detail["fitted"]:
+        return f"T = {detail['temperature']:.3f}" + (" (search bound: labels separable)" if detail["at_bound"] else "")
+    fallback = detail.get("fallback_temperature", 1.0)
+    if key.count(":") > 1:
+        return f"too few samples: type × band T = {fallback:.3f}"
+    return "not fitted (too few samples)"
 
 
 # -------------------------------------------------------------------------------------------------- finetune
@@ -143,7 +168,8 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=d.learning_rate, help="head learning rate")
     parser.add_argument("--backbone-lr", type=float, default=d.backbone_learning_rate,
                         help="learning rate of the LoRA adapters / thinker")
-    parser.add_argument("--validation", default=None, help="a separate labelled validation dataset")
+    parser.add_argument("--validation", default=None,
+                        help="a separate labelled validation dataset (a file or a review directory)")
     parser.add_argument("--validation-fraction", type=float, default=d.validation_fraction,
                         help="share of DATA held out for validation when --validation is not given")
     parser.add_argument("--patience", type=int, default=d.patience_epochs,

@@ -1,7 +1,7 @@
 """Runs a model over a labelled dataset → per-question probabilities → metrics → report files and plots.
 
 Scoring goes through the serving pipeline (`ClefModel.prepare`, then `ClefModel.logits`); optional calibration is
-applied to the logits before the float32 softmax, as serving does.
+applied to the logits before the float32 softmax, as serving does (each question in its request's modality bucket).
 Writes `metrics.json`, `report.md`, `predictions.jsonl` and PNGs (reliability diagrams per question and per type,
 confusion matrices per question). Knows nothing of argv, HTTP or the environment.
 """
@@ -20,11 +20,13 @@ from omni.contract.errors import MediaError, OmniError
 from omni.contract.types import QUESTION_TYPES
 from omni.learn import metrics
 from omni.learn.dataset import DatasetError, LabelledRequest, label_index
+from omni.model.calibration import TEXT_ONLY, request_modality
 
 
 @dataclass(frozen=True)
 class ScoredQuestion:
-    """One labelled question of one record: head-order option ids, raw logits [n], label index."""
+    """One labelled question of one record: head-order option ids, raw logits [n], label index, and the record's
+    modality set ('text', 'image', 'audio+image' …: its calibration bucket)."""
 
     line: int
     question_id: str
@@ -32,6 +34,7 @@ class ScoredQuestion:
     option_ids: tuple[str, ...]
     logits: np.ndarray
     label: int
+    modality: str = TEXT_ONLY
 
 
 def _chunks(items: Sequence, size: int):
@@ -72,13 +75,13 @@ def collect_logits(model, records: Sequence[LabelledRequest], batch_size: int = 
 
 
 def _score_record(record: LabelledRequest, logits: list[torch.Tensor]) -> list[ScoredQuestion]:
-    out = []
+    out, modality = [], request_modality(record.request)
     for question, question_logits in zip(record.request.questions, logits):
         if question.id in record.labels:
             out.append(ScoredQuestion(record.line, question.id, question.type,
                                       tuple(o.id for o in question.prompt_options),
                                       question_logits.detach().float().cpu().numpy().astype(np.float64),
-                                      label_index(question, record.labels[question.id])))
+                                      label_index(question, record.labels[question.id]), modality))
     return out
 
 
@@ -86,7 +89,7 @@ def probabilities_of(scored: ScoredQuestion, calibration=None) -> np.ndarray:
     """Softmax of the (calibrated) logits, head order."""
     logits = scored.logits
     if calibration is not None:
-        logits = calibration.apply(scored.question_type, len(logits), logits)
+        logits = calibration.apply(scored.question_type, len(logits), logits, scored.modality)
     shifted = np.exp(logits - logits.max())
     return shifted / shifted.sum()
 

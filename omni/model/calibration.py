@@ -1,11 +1,20 @@
-"""Optional post-hoc temperature scaling: one temperature per (question type × option-count band).
+"""Optional post-hoc temperature scaling: one temperature per bucket (question type × option-count band × modality set).
+
+Buckets come in two grains. The coarse one, `type:band` ('choice:3-4'), pools every request; the fine one,
+`type:band:modalities` ('choice:3-4:image'), only requests with that modality set: 'text' for no media, otherwise
+the kinds of the request's media (image, audio, video) sorted and '+'-joined ('audio+image'). A video counts as
+video whether or not it has a soundtrack (its sound is part of the video item). The exact set, not the "richest"
+kind, because a model's confidence on image+audio need not behave like on audio alone, and pooling mixed sets
+is left to the data: a bucket with fewer than `min_samples` labels is not fitted and falls back to its coarse
+bucket, which falls back to T = 1 (identity).
 
 `fit_calibration` chooses each temperature by minimising the NLL of labelled head logits; `Calibration.apply`
-divides a question's logits by its temperature before the softmax. The file `calibration.json` is bound to a
-fingerprint of the checkpoint (head, backbone, tokenizer and processor files) and of the prompt format, and
-`load_calibration` refuses it for any other checkpoint. The Clef reference has no post-hoc calibration (it is
-trained), so it is off by default. Knows nothing of the engine, datasets, HTTP or the environment; it sees logits
-(numpy arrays or torch tensors), question types and option counts.
+divides a question's logits by its bucket's temperature before the softmax. The file `calibration.json`
+(format 2; format-1 files load as coarse-only) is bound to a fingerprint of the checkpoint (head, backbone,
+tokenizer and processor files) and of the prompt format, and `load_calibration` refuses it for any other
+checkpoint. The Clef reference has no post-hoc calibration (it is trained), so it is off by default. Knows nothing
+of the engine, datasets, HTTP or the environment; it sees logits (numpy arrays or torch tensors), question types,
+option counts and the kinds of a request's media items.
 """
 from __future__ import annotations
 
@@ -21,7 +30,12 @@ import numpy as np
 from omni.contract.errors import CheckpointError
 
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_FORMAT = "omni-calibration/1"
+CALIBRATION_FORMAT = "omni-calibration/2"
+READABLE_FORMATS = ("omni-calibration/1", CALIBRATION_FORMAT)    # /1: type × band only, read as coarse buckets
+TEXT_ONLY = "text"                                               # the modality set of a request without media
+BUCKET_RULE = ("type:band pools every request; type:band:modalities only requests whose media kinds, sorted and "
+               "'+'-joined, are those ('text' = no media); a bucket without a temperature falls back to type:band, "
+               "then to T = 1")
 OPTION_BANDS = ((2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 1 << 30, "9+"))
 FULLY_HASHED_FILES = ("joint_head.safetensors", "joint_head_config.json", "config.json", "tokenizer.json",
                       "tokenizer_config.json", "vocab.json", "merges.txt", "processor_config.json",
@@ -42,9 +56,26 @@ def option_band(n_options: int) -> str:
     raise ValueError(f"a question needs at least 2 options to be calibrated, not {n_options}")
 
 
-def group_key(question_type: str, n_options: int) -> str:
-    """'noul:2', 'choice:3-4', 'score:5-8' …"""
-    return f"{question_type}:{option_band(n_options)}"
+def modality_key(kinds: Iterable[str]) -> str:
+    """A request's modality set from its media kinds: 'text' (none), 'image', 'audio+image', 'audio+image+video' …"""
+    found = sorted(set(kinds))
+    return "+".join(found) if found else TEXT_ONLY
+
+
+def request_modality(request) -> str:
+    """The modality set of a request (anything with `media`: items with a `kind`)."""
+    return modality_key(item.kind for item in request.media)
+
+
+def group_key(question_type: str, n_options: int, modality: str | None = None) -> str:
+    """Coarse 'noul:2', 'choice:3-4', 'score:5-8' …; fine (with a modality set) 'choice:3-4:image' …"""
+    coarse = f"{question_type}:{option_band(n_options)}"
+    return coarse if modality is None else f"{coarse}:{modality}"
+
+
+def coarse_key(key: str) -> str:
+    """'choice:3-4:image' → 'choice:3-4' (a coarse key is its own)."""
+    return ":".join(key.split(":")[:2])
 
 
 @dataclass(frozen=True)
@@ -54,19 +85,26 @@ class Calibration:
     prompt_format: str = ""
     details: dict = field(default_factory=dict)     # per group: samples, NLL before and after (for the report)
 
-    def temperature(self, question_type: str, n_options: int) -> float:
+    def temperature(self, question_type: str, n_options: int, modality: str | None = None) -> float:
+        """The fine bucket's temperature, else the coarse bucket's, else 1 (`modality` None: coarse only)."""
         if n_options < 2:
             return 1.0
+        if modality is not None:
+            fine = self.temperatures.get(group_key(question_type, n_options, modality))
+            if fine is not None:
+                return fine
         return self.temperatures.get(group_key(question_type, n_options), 1.0)
 
-    def apply(self, question_type: str, n_options: int, logits):
-        """logits [n_options] (numpy or torch) → logits / T of the question's group (T = 1 when not fitted)."""
-        temperature = self.temperature(question_type, n_options)
+    def apply(self, question_type: str, n_options: int, logits, modality: str | None = None):
+        """logits [n_options] (numpy or torch) → logits / T of the question's bucket (T = 1 when not fitted)."""
+        temperature = self.temperature(question_type, n_options, modality)
         return logits if temperature == 1.0 else logits / temperature
 
-    def apply_record(self, questions, logits: Sequence) -> list:
-        """Per question logits of one record (prompt order) → calibrated logits, same order."""
-        return [self.apply(q.type, len(q.options), x) for q, x in zip(questions, logits)]
+    def apply_record(self, request, logits: Sequence) -> list:
+        """Per question logits of one request (its question order) → calibrated logits, same order; the bucket
+        takes the request's modality set from its media."""
+        modality = request_modality(request)
+        return [self.apply(q.type, len(q.options), x, modality) for q, x in zip(request.questions, logits)]
 
 
 # ------------------------------------------------------------------------------------------------- binding
@@ -144,29 +182,55 @@ def fit_temperature(logit_rows: Sequence[np.ndarray], labels: Sequence[int], ite
     return math.exp(-(low + high) / 2)
 
 
-def fit_calibration(samples: Iterable[tuple[str, np.ndarray, int]], fingerprint: str,
-                    min_samples: int = 20) -> Calibration:
-    """samples: (question type, logits [n] in head order, label index). Groups under `min_samples` keep T = 1."""
+def _grouped(samples: Iterable[tuple]) -> dict[str, tuple[list, list]]:
+    """Rows and labels per bucket: every sample in its coarse bucket, and in its fine one when it has a modality."""
     groups: dict[str, tuple[list, list]] = {}
-    for question_type, logits, label in samples:
-        rows, labels = groups.setdefault(group_key(question_type, len(logits)), ([], []))
-        rows.append(np.asarray(logits, dtype=np.float64))
-        labels.append(int(label))
+    for sample in samples:
+        question_type, logits, label = sample[:3]
+        modality = sample[3] if len(sample) > 3 else None
+        row = np.asarray(logits, dtype=np.float64)
+        keys = [group_key(question_type, len(row))]
+        if modality is not None:
+            keys.append(group_key(question_type, len(row), modality))
+        for key in keys:
+            rows, labels = groups.setdefault(key, ([], []))
+            rows.append(row)
+            labels.append(int(label))
+    return groups
+
+
+def _fit_group(rows: list, labels: list, min_samples: int, fallback: float) -> dict:
+    """One bucket's detail: fitted (temperature, at_bound) or not (the fallback temperature it gets); NLLs."""
+    logits, y = _padded(rows), np.asarray(labels)
+    before = temperature_nll(logits, y, 1.0)
+    if len(rows) < min_samples:
+        return {"samples": len(rows), "fitted": False, "fallback_temperature": fallback, "nll_before": before,
+                "nll_after": temperature_nll(logits, y, fallback)}
+    temperature = fit_temperature(rows, labels)
+    # at a bound of the search: the labels are (nearly) separable by these logits, so NLL keeps falling as T
+    # shrinks; the fit then says more about the sample than about future traffic
+    at_bound = min(abs(-math.log(temperature) - edge) for edge in LOG_BETA_RANGE) < 0.05
+    return {"samples": len(rows), "fitted": True, "temperature": temperature, "at_bound": at_bound,
+            "nll_before": before, "nll_after": temperature_nll(logits, y, temperature)}
+
+
+def fit_calibration(samples: Iterable[tuple], fingerprint: str, min_samples: int = 20) -> Calibration:
+    """samples: (question type, logits [n] in head order, label index[, modality set]).
+
+    Coarse buckets (type × band) pool every sample; samples with a modality set also fill their fine bucket
+    (type × band × modality set). A bucket under `min_samples` gets no temperature: a fine one falls back to its
+    coarse bucket, a coarse one to T = 1 (its detail says which temperature it gets)."""
+    groups = _grouped(samples)
     temperatures, details = {}, {}
-    for key, (rows, labels) in sorted(groups.items()):
-        before = temperature_nll(_padded(rows), np.asarray(labels), 1.0)
-        if len(rows) < min_samples:
-            details[key] = {"samples": len(rows), "fitted": False, "nll_before": before, "nll_after": before}
-            continue
-        temperature = fit_temperature(rows, labels)
-        temperatures[key] = temperature
-        # at a bound of the search: the labels are (nearly) separable by these logits, so NLL keeps falling as T
-        # shrinks; the fit then says more about the sample than about future traffic
-        at_bound = min(abs(-math.log(temperature) - edge) for edge in LOG_BETA_RANGE) < 0.05
-        details[key] = {"samples": len(rows), "fitted": True, "temperature": temperature, "at_bound": at_bound,
-                        "nll_before": before,
-                        "nll_after": temperature_nll(_padded(rows), np.asarray(labels), temperature)}
-    return Calibration(temperatures, fingerprint, prompt_format_fingerprint(), details)
+    for key in sorted(k for k in groups if k == coarse_key(k)):
+        details[key] = _fit_group(*groups[key], min_samples, 1.0)
+        if details[key]["fitted"]:
+            temperatures[key] = details[key]["temperature"]
+    for key in sorted(k for k in groups if k != coarse_key(k)):
+        details[key] = _fit_group(*groups[key], min_samples, temperatures.get(coarse_key(key), 1.0))
+        if details[key]["fitted"]:
+            temperatures[key] = details[key]["temperature"]
+    return Calibration(temperatures, fingerprint, prompt_format_fingerprint(), dict(sorted(details.items())))
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -176,8 +240,8 @@ def save_calibration(calibration: Calibration, path: str | Path) -> Path:
     if path.is_dir():
         path = path / CALIBRATION_FILE
     body = {"format": CALIBRATION_FORMAT, "checkpoint_fingerprint": calibration.checkpoint_fingerprint,
-            "prompt_format": calibration.prompt_format, "temperatures": calibration.temperatures,
-            "groups": calibration.details}
+            "prompt_format": calibration.prompt_format, "buckets": BUCKET_RULE,
+            "temperatures": calibration.temperatures, "groups": calibration.details}
     path.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
     return path
 
@@ -186,6 +250,7 @@ def load_calibration(checkpoint_dir: str | Path, path: str | Path | None = None)
     """The checkpoint's calibration (its own `calibration.json` unless `path` is given); None when absent.
 
     Raises CalibrationError when the file is unreadable or was fitted for another checkpoint or prompt format.
+    A format-1 file (type × band only) loads as coarse buckets: every modality set gets its type × band temperature.
     """
     path = Path(path) if path is not None else Path(checkpoint_dir) / CALIBRATION_FILE
     if not path.is_file():
@@ -196,8 +261,10 @@ def load_calibration(checkpoint_dir: str | Path, path: str | Path | None = None)
         fingerprint, prompt_format = body["checkpoint_fingerprint"], body["prompt_format"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CalibrationError(f"cannot read {path}: {exc}") from exc
-    if body.get("format") != CALIBRATION_FORMAT:
+    if body.get("format") not in READABLE_FORMATS:
         raise CalibrationError(f"{path}: unknown format {body.get('format')!r} (expected {CALIBRATION_FORMAT})")
+    if body["format"] != CALIBRATION_FORMAT and any(k != coarse_key(k) for k in temperatures):
+        raise CalibrationError(f"{path}: a {body['format']} file has type × band buckets only")
     if fingerprint != checkpoint_fingerprint(checkpoint_dir):
         raise CalibrationError(f"{path} was fitted for another checkpoint (fingerprint {fingerprint[:12]}…); "
                                f"refit it with `omni calibrate DATA --model {checkpoint_dir}`")

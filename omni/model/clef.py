@@ -363,7 +363,7 @@ class ClefModel:
         """Per record, per question: float32 probabilities in the head's (prompt) option order."""
         per_record = self.logits(records)
         if self.calibration is not None:
-            per_record = [self.calibration.apply_record(r.request.questions, x) for r, x in zip(records, per_record)]
+            per_record = [self.calibration.apply_record(r.request, x) for r, x in zip(records, per_record)]
         return [option_probabilities(per_question) for per_question in per_record]
 
     # ------------------------------------------------------------------------------------------ chunked prefill

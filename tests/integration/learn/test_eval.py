@@ -59,7 +59,10 @@ def test_calibrate_writes_a_bound_file_that_eval_applies(tiny_dir, task, tmp_pat
     assert run_calibrate(parse(add_calibrate_arguments, [str(task), "--model", str(checkpoint), "--quiet",
                                                          "--min-samples", "8"])) == 0
     body = json.loads((checkpoint / CALIBRATION_FILE).read_text())
-    assert set(body["temperatures"]) == {"noul:2", "choice:2"}
+    temperatures = body["temperatures"]
+    assert body["format"] == "omni-calibration/2"
+    assert set(temperatures) == {"noul:2", "choice:2", "noul:2:text", "choice:2:text"}     # text only: no media
+    assert temperatures["noul:2:text"] == temperatures["noul:2"]                         # the same samples
     for group in body["groups"].values():
         assert group["nll_after"] <= group["nll_before"] + 1e-9        # T = 1 is a candidate: never worse
     reports = {}
@@ -166,3 +169,25 @@ def test_the_engine_applies_calibration_only_when_switched_on(tiny_dir, task, tm
     with pytest.raises(CalibrationError, match="another checkpoint"):
         DecisionEngine(EngineConfig(model_path=str(foreign), calibration=True)).load()
     DecisionEngine(EngineConfig(model_path=str(foreign))).load()                     # off by default: not read
+
+
+def test_the_engine_calibrates_each_request_in_its_modality_bucket(tiny_dir, tmp_path):
+    import base64
+
+    from fixtures.media import image_bytes
+    from omni.contract.config import EngineConfig
+    from omni.contract.request import parse_request
+    from omni.model.calibration import checkpoint_fingerprint, prompt_format_fingerprint, save_calibration
+    from omni.serve.engine import DecisionEngine
+
+    checkpoint = shutil.copytree(tiny_dir, tmp_path / "ckpt")
+    temperatures = {"noul:2": 1.0, "noul:2:image": 0.25, "noul:2:text": 4.0}
+    save_calibration(Calibration(temperatures, checkpoint_fingerprint(checkpoint), prompt_format_fingerprint()),
+                     checkpoint)
+    model = DecisionEngine(EngineConfig(model_path=str(checkpoint), calibration=True)).load().model
+    photo = "data:image/png;base64," + base64.b64encode(image_bytes("PNG", "RGB", 48, 32)).decode()
+    text = {"state": "s", "questions": {"q": {"type": "noul"}}}
+    for body, temperature in ((text, 4.0), ({**text, "images": [photo]}, 0.25)):
+        record = model.prepare(parse_request(body, EngineConfig()))
+        logits = model.logits([record])[0][0]
+        torch.testing.assert_close(model.probabilities([record])[0][0], torch.softmax(logits.float() / temperature, -1))
