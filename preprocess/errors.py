@@ -6,10 +6,20 @@ Knows nothing of HTTP: the status codes live in `api/http/errors.py` (415 unsupp
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from preprocess.item import MediaItem
+
+
+def rebuild_error(cls: type[BaseException], args: tuple, state: dict[str, Any]) -> BaseException:
+    """Unpickle an error whole, whatever its constructor takes (errors cross process boundaries in a cluster:
+    `Exception`'s own pickling calls `cls(*args)`, which breaks for constructors with other parameters)."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class MediaError(Exception):
@@ -22,6 +32,11 @@ class MediaError(Exception):
         self.detail = msg
         self.raw = raw          # the library's own words (errno, class names): for the server log, never the caller
         super().__init__(f"{item.label}: {self.message}")
+
+    def __reduce__(self):
+        """Pickled whole, without the item's bytes (the message and the table need only its name and origin)."""
+        state = {**self.__dict__, "item": dataclasses.replace(self.item, data=b"")}
+        return rebuild_error, (type(self), self.args, state)
 
     @property
     def label(self) -> str:

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "${OMNI_KEEP_TORCH:-0}" != "1" ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q -e ".[serve,train,dev]"
+.venv/bin/python -m pip install -q -e ".[serve,train,dev,cluster]"
 echo "omni-decide installed in .venv ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))" >&2
 # The workbench's browser tests drive the system's Chromium (Playwright never downloads a browser here).
 if ! command -v chromium >/dev/null 2>&1 && [ -z "${OMNI_CHROMIUM:-}" ]; then

@@ -1,7 +1,7 @@
 """Shared fixtures: the tiny checkpoint is built once per session (offline, seed 0) and loaded through the real path.
 
 Test folders set the pytest marks: tests/unit → unit, tests/integration → integration, tests/gpu → gpu,
-tests/browser → browser.
+tests/browser → browser, tests/cluster → cluster.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = Path(str(item.fspath)).parts
-        for mark in ("unit", "integration", "gpu", "browser"):
+        for mark in ("unit", "integration", "gpu", "browser", "cluster"):
             if mark in parts:
                 item.add_marker(getattr(pytest.mark, mark))
 

@@ -64,6 +64,10 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
     _configure_logging(settings.log_level)
     if settings.unknown_env:
         log.warning("ignoring unknown settings: %s", ", ".join(settings.unknown_env))
+    if settings.ray:   # the same app on Ray Serve, one engine per replica (api/cluster/)
+        from api.cluster.launch import run_cluster
+
+        return run_cluster(settings)
 
     import uvicorn  # serve extra; imported here so `omni --help` works without it
 

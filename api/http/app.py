@@ -39,10 +39,11 @@ VERSION = "0.1.0"
 
 def create_app(settings: Settings, engine: Any = None, *,
                on_load_failure: Callable[[BaseException], None] | None = None,
-               on_loaded: Callable[[], None] | None = None) -> FastAPI:
+               on_loaded: Callable[[], None] | None = None, request_id_header: bool = True) -> FastAPI:
     """The app. `engine` defaults to `omni.serve.engine.DecisionEngine(settings.engine)`; it is started (in a thread)
     at startup unless already ready, and stopped with drain at shutdown. `on_load_failure` lets the server exit;
-    `on_loaded` runs in the loading thread once the engine is ready, before /ready says so."""
+    `on_loaded` runs in the loading thread once the engine is ready, before /ready says so. `request_id_header`
+    False: a proxy in front already answers `x-request-id` with the id it put in the request (Ray Serve's)."""
     if engine is None:
         from omni.serve.engine import DecisionEngine  # lazily: importing api.http.app never loads torch by itself
         engine = DecisionEngine(settings.engine)
@@ -73,7 +74,7 @@ def create_app(settings: Settings, engine: Any = None, *,
         app.include_router(ui_router)
     for cls in handled_classes():
         app.add_exception_handler(cls, _handle)
-    app.add_middleware(RequestContext, metrics=svc.metrics)
+    app.add_middleware(RequestContext, metrics=svc.metrics, request_id_header=request_id_header)
     app.openapi = lambda: _openapi(app)
     return app
 
@@ -133,9 +134,11 @@ class RequestContext:
     """Pure ASGI middleware: request id (the caller's `x-request-id` if sane, else a new one) on every response,
     access metrics by route template, and a 500 with the request id (no internals) for anything unhandled."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics):
+    def __init__(self, app: ASGIApp, metrics: Metrics, request_id_header: bool = True):
         self.app = app
         self.metrics = metrics
+        self.id_headers = ((b"x-request-id", b"x-typesafe-request-id") if request_id_header
+                           else (b"x-typesafe-request-id",))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -151,8 +154,7 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 status["code"], status["started"] = message["status"], True
                 ids = request_id.encode("latin-1")
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", ids),
-                                      (b"x-typesafe-request-id", ids)]
+                message["headers"] = [*message.get("headers", []), *((name, ids) for name in self.id_headers)]
             await send(message)
 
         try:

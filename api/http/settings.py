@@ -45,6 +45,16 @@ class Settings:
     review_dir: str | None = None            # labels, kept decisions and their media; None = review off
     review_batches: tuple[str, ...] = ()     # `omni batch` outputs offered as review queues (needs review_dir)
     review_reports: tuple[str, ...] = ()     # `omni eval --out` directories shown on the workbench's Report page
+    # Ray Serve (`omni serve --ray`, api/cluster/): the same app in front, one engine per replica behind it
+    ray: bool = False                        # serve on a Ray cluster (the [cluster] extra)
+    ray_address: str | None = None           # an existing cluster ("auto", "ray://head:10001"); None = start one here
+    replicas: int = 1                        # engine replicas (fixed), unless autoscale is set
+    autoscale: str | None = None             # "MIN:MAX" engine replicas, scaled by requests in flight
+    replica_cpus: float = 1.0                # logical CPUs reserved by each engine replica
+    replica_gpus: float | None = None        # GPUs per engine replica; None = 1 when the cluster has GPUs, else 0
+    replica_load_retries: int = 2            # a replica whose model fails to load is retried this often, then reported
+    cache_affinity: bool = True              # route by media / state to the replica that has them (False: Ray's default)
+    affinity_slack_requests: int = 8         # a request leaves its cache-warm replica when that one is this far ahead
     engine: EngineConfig = field(default_factory=EngineConfig)
     unknown_env: tuple[str, ...] = ()        # OMNI_* names that matched nothing (logged at start)
 
@@ -59,6 +69,16 @@ class Settings:
     @property
     def drain_s(self) -> float:
         return self.drain_timeout_s if self.drain_timeout_s is not None else self.engine.request_timeout_s + 5.0
+
+    @property
+    def autoscale_bounds(self) -> tuple[int, int] | None:
+        """(MIN, MAX) engine replicas from `autoscale` "MIN:MAX" (1 <= MIN <= MAX), None when not set."""
+        if self.autoscale is None:
+            return None
+        low, sep, high = self.autoscale.partition(":")
+        if not (sep and low.strip().isdigit() and high.strip().isdigit()) or not 1 <= int(low) <= int(high):
+            raise SettingsError(f"autoscale must be MIN:MAX with 1 <= MIN <= MAX (e.g. 1:4), got {self.autoscale!r}")
+        return int(low), int(high)
 
     @property
     def tiny_default(self) -> bool:
@@ -210,6 +230,7 @@ def _check(s: Settings) -> None:
     if any(not k for k in s.api_keys):
         raise SettingsError("api_keys must not contain empty keys")
     _check_review(s)
+    _check_cluster(s)
 
 
 def _check_review(s: Settings) -> None:
@@ -224,3 +245,15 @@ def _check_review(s: Settings) -> None:
     for path in s.review_reports:
         if not (Path(path) / "metrics.json").is_file():
             raise SettingsError(f"review_reports: {path!r} is not an `omni eval --out` directory (no metrics.json)")
+
+
+def _check_cluster(s: Settings) -> None:
+    if s.replicas < 1:
+        raise SettingsError(f"replicas must be >= 1, got {s.replicas}")
+    if s.autoscale is not None:
+        s.autoscale_bounds   # raises SettingsError when malformed
+    for name in ("replica_cpus", "replica_load_retries", "affinity_slack_requests"):
+        if getattr(s, name) < 0:
+            raise SettingsError(f"{name} must be >= 0, got {getattr(s, name)}")
+    if s.replica_gpus is not None and s.replica_gpus < 0:
+        raise SettingsError(f"replica_gpus must be >= 0, got {s.replica_gpus}")

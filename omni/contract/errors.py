@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from preprocess.errors import MediaError  # noqa: F401  (re-exported: media faults are request faults too)
+from preprocess.errors import rebuild_error
 
 Loc = tuple  # a field path such as ("questions", "q1", "criteria")
 
@@ -21,7 +22,11 @@ class Issue:
 
 
 class OmniError(Exception):
-    """Base class of every error the core raises on purpose."""
+    """Base class of every error the core raises on purpose. Pickles whole (every subclass, whatever its
+    constructor takes): a cluster replica sends its errors back to the HTTP edge."""
+
+    def __reduce__(self):
+        return rebuild_error, (type(self), self.args, dict(self.__dict__))
 
 
 class InvalidRequest(OmniError):

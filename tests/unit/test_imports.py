@@ -1,4 +1,4 @@
-"""Layering: imports go one way (api.cli -> api.http -> omni.serve | omni.learn -> omni.model -> omni.contract ->
+"""Layering: imports go one way (api.cli -> api.cluster -> api.http -> omni.serve | omni.learn -> omni.model -> omni.contract ->
 preprocess), nothing below api/ imports the web stack or the network, only api/http/settings.py reads the
 environment, and benchmarks import the installed package."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ WEB = {"fastapi", "starlette", "pydantic", "uvicorn", "multipart", "python_multi
 NETWORK = {"urllib", "requests", "http", "socket", "httpx"}
 # rank of each room: a module may import its own room and rooms of a LOWER rank only
 RANKS = {"preprocess": 0, "omni.contract": 1, "omni.model": 2, "omni.serve": 3, "omni.learn": 3, "api.http": 4,
-         "api.cli": 5}
+         "api.cluster": 5, "api.cli": 6}
 
 
 def imported_modules(source: str) -> set[str]:

@@ -1,0 +1,143 @@
+"""The Ray Serve application: `OmniGateway` (the FastAPI app of `omni serve`, unchanged) in front of `OmniEngine`
+(one `DecisionEngine` per replica), routed by `CacheAffinityRouter`.
+
+- `OmniEngine` loads and warms its engine in its constructor, so Ray sends it nothing until it is ready; a replica
+  whose model fails to load is retried `replica_load_retries` times, then the deployment is reported failed (Ray's
+  `max_constructor_retry_count`). Scale-down and shutdown drain: Ray stops routing to a stopping replica and waits
+  up to the drain timeout for its calls in flight, then the engine stops with drain.
+- `OmniGateway` builds the app at replica start (`__serve_build_asgi_app__`) with a `RemoteEngine` in place of the
+  local engine: every route, auth rule, limit, error shape, header and metric is `omni serve`'s own code.
+- `application(settings)` binds both from one `Settings`; `build_app(args)` is the builder that `serve deploy`
+  configs name (`deploy/ray-serve.yaml`): `args` are settings by field name, over the `OMNI_*` environment.
+Knows nothing of argv or signals (`api/cluster/launch.py`), nor of how the engine batches.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from types import SimpleNamespace
+from typing import Any
+
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+from ray.serve.exceptions import RayServeException
+
+from api.cluster.remote import RemoteEngine, ReplicaAnswer, ReplicaSnapshot
+from api.cluster.router import CacheAffinityRouter
+from api.http.settings import Settings
+from omni.contract.config import EngineConfig
+from omni.contract.errors import MediaError, OmniError
+from omni.contract.types import DecisionRequest
+
+log = logging.getLogger("omni.cluster")
+APP_NAME = "omni"
+ENGINE = "OmniEngine"
+GATEWAY = "OmniGateway"
+
+
+class OmniEngine:
+    """One engine replica: a `DecisionEngine` with its own caches, micro-batcher and model thread."""
+
+    def __init__(self, config: EngineConfig):
+        from omni.serve.engine import DecisionEngine  # lazily: the gateway's process never loads torch
+
+        self._engine = DecisionEngine(config).start()      # blocking: no traffic before the model is warm
+        try:
+            self._replica = serve.get_replica_context().replica_id.unique_id
+        except RayServeException:   # constructed outside a replica (tests of the class itself)
+            self._replica = f"local-{os.getpid()}"
+        log.info("engine replica %s ready (pid %d)", self._replica, os.getpid())
+
+    async def decide(self, request: DecisionRequest, deadline_s: float | None,
+                     affinity: str | None = None) -> ReplicaAnswer:
+        """The engine's answer or its typed error (both sent back whole), with this replica's counters."""
+        try:
+            future = self._engine.submit(request, deadline_s=deadline_s)
+        except (OmniError, MediaError) as exc:
+            return ReplicaAnswer(None, exc, self._snapshot())
+        try:
+            decision = await asyncio.wrap_future(future)   # cancelled by the caller -> the engine skips or drops it
+        except (OmniError, MediaError) as exc:
+            return ReplicaAnswer(None, exc, self._snapshot())
+        return ReplicaAnswer(decision, None, self._snapshot())
+
+    def info(self) -> dict:
+        return self._engine.info
+
+    def replica_pid(self) -> tuple[str, int]:
+        return self._replica, os.getpid()
+
+    def check_health(self) -> None:
+        if not self._engine.ready:
+            raise RuntimeError("the engine is not running")
+
+    def _snapshot(self) -> ReplicaSnapshot:
+        batcher = self._engine.batcher
+        return ReplicaSnapshot(self._replica, dict(self._engine.cache_stats()),
+                               batcher.stats() if batcher is not None else None, self._engine.long_prefills())
+
+    def __del__(self):
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.stop(drain=True)
+
+
+@serve.ingress()
+class OmniGateway:
+    """The HTTP app of `omni serve` with the engine replicas behind a `RemoteEngine`."""
+
+    def __init__(self, settings: Settings, engine: Any):
+        self._settings = settings
+        self._engine = RemoteEngine(engine)
+        self._app = None
+
+    def __serve_build_asgi_app__(self):
+        from api.http.app import create_app
+
+        self._app = create_app(self._settings, self._engine, request_id_header=False)   # Ray's proxy sends it
+        return self._app
+
+    def begin_drain(self) -> None:
+        """From `omni serve --ray` on SIGTERM: /ready says draining and new decisions get 503; those in flight end."""
+        self._app.state.service.begin_drain()
+
+    def in_flight(self) -> int:
+        return self._engine.in_flight
+
+
+def application(settings: Settings, cluster_gpus: float = 0.0):
+    """Both deployments bound from one Settings; `cluster_gpus` picks the default GPUs per engine replica."""
+    gpus = settings.replica_gpus if settings.replica_gpus is not None else (1.0 if cluster_gpus > 0 else 0.0)
+    engine_cfg = settings.engine
+    bounds = settings.autoscale_bounds
+    scaling: dict[str, Any] = {"num_replicas": settings.replicas} if bounds is None else {
+        "autoscaling_config": {"min_replicas": bounds[0], "initial_replicas": bounds[0], "max_replicas": bounds[1],
+                               "target_ongoing_requests": 2 * engine_cfg.max_batch_records,
+                               "upscale_delay_s": 10.0, "downscale_delay_s": 60.0}}
+    engine = serve.deployment(OmniEngine, name=ENGINE).options(
+        ray_actor_options={"num_cpus": settings.replica_cpus, "num_gpus": gpus},
+        max_ongoing_requests=engine_cfg.max_queue, max_queued_requests=engine_cfg.max_queue,
+        graceful_shutdown_timeout_s=settings.drain_s, graceful_shutdown_wait_loop_s=0.5,
+        max_constructor_retry_count=max(1, settings.replica_load_retries + 1),
+        health_check_period_s=10.0, health_check_timeout_s=30.0,
+        request_router_config=RequestRouterConfig(
+            request_router_class=CacheAffinityRouter,
+            request_router_kwargs={"slack_requests": settings.affinity_slack_requests})
+        if settings.cache_affinity else RequestRouterConfig(),       # Ray's default: power of two choices
+        **scaling)
+    gateway = serve.deployment(OmniGateway, name=GATEWAY).options(
+        num_replicas=1, ray_actor_options={"num_cpus": 0},
+        max_ongoing_requests=4 * engine_cfg.max_queue, graceful_shutdown_timeout_s=settings.drain_s)
+    return gateway.bind(settings, engine.bind(engine_cfg))
+
+
+def build_app(args: dict[str, Any]):
+    """`serve deploy` / `serve run` builder: settings by field name (`model`, `max_batch_records`, `replicas`, ...)
+    over the `OMNI_*` environment of the process that builds it."""
+    import ray
+
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in dict(args or {}).items()}
+    settings = Settings.from_env().with_cli(SimpleNamespace(**values))   # strings coerced as flags are
+    gpus = ray.cluster_resources().get("GPU", 0.0) if ray.is_initialized() else 0.0
+    return application(settings, gpus)

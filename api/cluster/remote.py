@@ -1,0 +1,190 @@
+"""`RemoteEngine`: the engine surface the HTTP app uses (`submit`, `info`, `ready`, stats), answered by the engine
+replicas of a Ray Serve deployment through a deployment handle.
+
+`submit(request, deadline_s)` returns an asyncio task (the route awaits it like the local engine's future and
+cancels it at the deadline, which cancels the call on the replica). Each call carries the request's affinity key
+(`api.cluster.affinity`) for `CacheAffinityRouter`. Each answer comes back as a `ReplicaAnswer`: the decision or
+the typed error the engine raised (pickled whole: the HTTP error table maps it exactly as for `omni serve`), plus a
+snapshot of that replica's counters. `/metrics` shows their sums: counters over every replica heard from, gauges
+(queue depth, cache bytes and entries, long prefills in flight) over the replicas heard from in the last minute.
+A replica that dies under a call: the call is tried once more on another replica (a decision has no side effects),
+then it is a 503 NotReady. Ray's own backpressure (`max_queued_requests`) is a 429 Overloaded.
+Knows nothing of HTTP routes or the model; the only Ray it touches is the handle and its exceptions.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.cluster.affinity import affinity_key
+from omni.contract.errors import NotReady, Overloaded
+from omni.contract.types import Decision, DecisionRequest
+from omni.model.cache import CacheStats
+from omni.serve.batcher import BatcherStats
+
+log = logging.getLogger("omni.cluster")
+FRESH_S = 60.0          # gauges count the replicas heard from within this long
+GAUGES = ("entries", "bytes", "budget_bytes")
+
+
+@dataclass
+class ReplicaSnapshot:
+    """One replica's counters when it sent an answer."""
+
+    replica: str
+    caches: dict[str, CacheStats] = field(default_factory=dict)
+    batcher: BatcherStats | None = None
+    long_prefills: dict = field(default_factory=dict)
+    at: float = 0.0                       # the gateway's time.monotonic() when it arrived
+
+
+@dataclass
+class ReplicaAnswer:
+    """What an engine replica sends back for one call: a decision or the engine's typed error, and its counters."""
+
+    decision: Decision | None
+    error: BaseException | None
+    snapshot: ReplicaSnapshot
+
+
+class RemoteEngine:
+    def __init__(self, handle: Any, *, load_poll_s: float = 5.0):
+        """`handle`: the engine deployment's `DeploymentHandle`."""
+        self._handle = handle
+        self._load_poll_s = load_poll_s
+        self._info: dict | None = None
+        self._ready = False
+        self._lock = threading.Lock()
+        self._snapshots: dict[str, ReplicaSnapshot] = {}
+        self.in_flight = 0                 # calls sent and not yet answered (the launcher's drain waits for 0)
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+    def load(self) -> RemoteEngine:
+        """Block until an engine replica answers (Ray routes nothing to a replica before its engine is warm)."""
+        while self._info is None:
+            try:
+                self._info = self._handle.info.remote().result(timeout_s=self._load_poll_s)
+            except TimeoutError:
+                log.info("waiting for an engine replica to finish loading")
+        return self
+
+    def start(self) -> RemoteEngine:
+        self.load()
+        self._ready = True
+        return self
+
+    def stop(self, drain: bool = True, timeout_s: float | None = None) -> None:
+        """The replicas drain themselves (Ray Serve's graceful shutdown); the gateway only stops sending."""
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def loaded(self) -> bool:
+        return self._info is not None
+
+    @property
+    def info(self) -> dict:
+        if self._info is None:
+            raise NotReady("no engine replica has finished loading")
+        return self._info
+
+    # ------------------------------------------------------------------------------------------------ deciding
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> asyncio.Task:
+        """On the event loop: a task that ends with the Decision or the engine's typed error."""
+        if not self._ready:
+            raise NotReady("no engine replica has finished loading")
+        return asyncio.ensure_future(self._call(request, deadline_s))
+
+    async def _call(self, request: DecisionRequest, deadline_s: float | None) -> Decision:
+        self.in_flight += 1
+        try:
+            return await self._call_replicas(request, deadline_s)
+        finally:
+            self.in_flight -= 1
+
+    async def _call_replicas(self, request: DecisionRequest, deadline_s: float | None) -> Decision:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+        from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
+
+        key = affinity_key(request)
+        for attempt in (1, 2):
+            try:
+                answer: ReplicaAnswer = await self._handle.decide.remote(request, deadline_s, affinity=key)
+                break
+            except BackPressureError:
+                raise Overloaded("every engine replica's queue is full", retry_after_s=1.0) from None
+            except DeploymentUnavailableError:
+                raise NotReady("the engine deployment is not running") from None
+            except (ActorDiedError, ActorUnavailableError, RayActorError, ReplicaUnavailableError) as exc:
+                log.warning("request %s: an engine replica went away (try %d): %s", request.request_id, attempt,
+                            type(exc).__name__)
+                if attempt == 2:
+                    raise NotReady("the engine replica answering this request went away; retry") from None
+        self._remember(answer.snapshot)
+        if answer.error is not None:
+            raise answer.error
+        return answer.decision
+
+    # ------------------------------------------------------------------------------------------------ metrics
+    def _remember(self, snapshot: ReplicaSnapshot) -> None:
+        snapshot.at = time.monotonic()
+        with self._lock:
+            self._snapshots[snapshot.replica] = snapshot
+
+    def _views(self) -> tuple[list[ReplicaSnapshot], set[str]]:
+        with self._lock:
+            snapshots = list(self._snapshots.values())
+        now = time.monotonic()
+        return snapshots, {s.replica for s in snapshots if now - s.at <= FRESH_S}
+
+    def cache_stats(self) -> dict[str, CacheStats]:
+        snapshots, fresh = self._views()
+        total: dict[str, dict[str, int]] = {}
+        for snap in snapshots:
+            for name, stats in snap.caches.items():
+                into = total.setdefault(name, {f.name: 0 for f in dataclasses.fields(CacheStats)})
+                for f in dataclasses.fields(CacheStats):
+                    if f.name not in GAUGES or snap.replica in fresh:
+                        into[f.name] += getattr(stats, f.name)
+        return {name: CacheStats(**values) for name, values in total.items()}
+
+    def long_prefills(self) -> dict:
+        snapshots, fresh = self._views()
+        return {"in_flight": sum(s.long_prefills.get("in_flight", 0) for s in snapshots if s.replica in fresh),
+                "refused": sum(s.long_prefills.get("refused", 0) for s in snapshots)}
+
+    @property
+    def batcher(self) -> _SummedBatcher:
+        return _SummedBatcher(self)
+
+    def batcher_stats(self) -> BatcherStats:
+        snapshots, fresh = self._views()
+        total = BatcherStats()
+        for snap in snapshots:
+            if snap.batcher is None:
+                continue
+            for f in dataclasses.fields(BatcherStats):
+                if f.name == "batch_sizes":
+                    for size, n in snap.batcher.batch_sizes.items():
+                        total.batch_sizes[size] = total.batch_sizes.get(size, 0) + n
+                elif f.name != "queue_depth" or snap.replica in fresh:
+                    setattr(total, f.name, getattr(total, f.name) + getattr(snap.batcher, f.name))
+        return total
+
+
+class _SummedBatcher:
+    """What `Metrics.watch_batcher` reads: `stats()` -> BatcherStats, here summed over the replicas."""
+
+    def __init__(self, engine: RemoteEngine):
+        self._engine = engine
+
+    def stats(self) -> BatcherStats:
+        return self._engine.batcher_stats()

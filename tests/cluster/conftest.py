@@ -1,0 +1,45 @@
+"""Cluster tests: `omni serve --ray` on a local Ray instance on this machine (the [cluster] extra).
+
+Without Ray these tests skip, unless `OMNI_REQUIRE_CLUSTER=1` (CI sets it), where that is a failure. One Ray
+instance per test module (started here, shut down after the module); the engine replicas load the tiny checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+
+def require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+    except ImportError as exc:
+        message = f"needs the [cluster] extra (ray[serve]): {exc}"
+        if os.environ.get("OMNI_REQUIRE_CLUSTER"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """A local Ray instance for one module: 4 logical CPUs (two replicas, room for a third while one restarts)."""
+    require_ray()
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=4, include_dashboard=False, namespace="omni-tests", log_to_driver=False)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield port
+    finally:
+        serve.shutdown()
+        ray.shutdown()
