@@ -3,6 +3,7 @@
 `add_serve_arguments(parser)` adds the flags (one per setting, generated from api/http/settings.py so env names and
 flags never drift); `run_serve(args) -> int` runs until SIGTERM/SIGINT: /ready turns 503, uvicorn stops accepting
 connections and waits (up to the drain timeout) for requests in flight, then the engine drains and stops.
+With `--ray` the same settings start the app on Ray Serve instead (`api/cluster/launch.py`).
 Exit codes: 0 clean stop, 1 the model failed to load, 2 bad settings. Knows nothing of routes or the model.
 """
 from __future__ import annotations

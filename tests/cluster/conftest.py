@@ -5,6 +5,7 @@ instance per test module (started here, shut down after the module); the engine 
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
@@ -43,3 +44,12 @@ def ray_instance():
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def run_async(coroutine):
+    """`asyncio.run` on a thread of its own: the session's browser fixture (Playwright's sync API) keeps an event
+    loop running on the main thread when the whole suite runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -3,14 +3,13 @@ same builder as `omni serve --ray`; settings for replicas and autoscaling are ch
 replica wrappers by cache affinity (Ray's request-router interface, no Ray instance)."""
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from tests.cluster.conftest import require_ray
+from tests.cluster.conftest import require_ray, run_async
 
 require_ray()
 
@@ -81,10 +80,10 @@ def test_the_router_ranks_the_home_replica_first_and_gives_way_when_it_is_busy()
     key = "f" * 64
     home = home_replica(key, ["a", "b", "c"])
     pending = SimpleNamespace(kwargs={"affinity": key})
-    ranked = asyncio.run(router({"a": 0, "b": 0, "c": 0}).choose_replicas(replicas, pending))
+    ranked = run_async(router({"a": 0, "b": 0, "c": 0}).choose_replicas(replicas, pending))
     assert [[r.replica_id.unique_id for r in group] for group in ranked][0] == [home]
     busy = {"a": 0, "b": 0, "c": 0, home: 20}
-    ranked = asyncio.run(router(busy).choose_replicas(replicas, pending))
+    ranked = run_async(router(busy).choose_replicas(replicas, pending))
     assert len(ranked) == 1 and ranked[0][-1].replica_id.unique_id == home
-    unkeyed = asyncio.run(router({"a": 3, "b": 1, "c": 2}).choose_replicas(replicas, SimpleNamespace(kwargs={})))
+    unkeyed = run_async(router({"a": 3, "b": 1, "c": 2}).choose_replicas(replicas, SimpleNamespace(kwargs={})))
     assert [r.replica_id.unique_id for r in unkeyed[0]] == ["b", "c", "a"]

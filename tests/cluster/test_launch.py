@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cluster.conftest import free_port, require_ray
+from tests.cluster.conftest import free_port, require_ray, run_async
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -67,7 +67,7 @@ def test_sigterm_drains_requests_in_flight_then_exits_0(tiny_dir, tmp_path):
                 process.send_signal(signal.SIGTERM)
                 return await asyncio.gather(*sending, return_exceptions=True)
 
-        replies = asyncio.run(burst_then_sigterm())
+        replies = run_async(burst_then_sigterm())
         assert [getattr(r, "status_code", repr(r)) for r in replies] == [200] * 6
         assert all(r.json()["usage"]["input_tokens"] == 991 for r in replies)
         assert process.wait(timeout=120) == 0

@@ -3,12 +3,11 @@ errors come back whole and map to the very payloads `omni serve` sends; a replic
 once more, then 503; Ray's backpressure is a 429; /metrics sums the replicas' counters."""
 from __future__ import annotations
 
-import asyncio
 import pickle
 
 import pytest
 
-from tests.cluster.conftest import require_ray
+from tests.cluster.conftest import require_ray, run_async
 
 require_ray()
 
@@ -66,7 +65,7 @@ def engine_with(*outcomes) -> tuple[RemoteEngine, FakeHandle]:
 def decide(engine: RemoteEngine):
     async def run():
         return await engine.submit(REQUEST, deadline_s=5.0)
-    return asyncio.run(run())
+    return run_async(run())
 
 
 def test_a_decision_comes_back_with_its_affinity_key_sent():

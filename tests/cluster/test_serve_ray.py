@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from api.http.app import create_app
 from api.http.settings import Settings
 from fixtures.media import image_bytes
+from tests.cluster.conftest import run_async
 from tests.unit.http.serving import wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +154,7 @@ def test_a_burst_with_corrupt_uploads_loses_nothing_and_gets_no_5xx(cluster, loc
         else:
             bodies.append({"state": f"unit {i}", "questions": QUESTIONS, "images": [data_url("image/png", photo(i))]})
             expected.append(200)
-    replies = asyncio.run(_burst(str(client.base_url), bodies))
+    replies = run_async(_burst(str(client.base_url), bodies))
     assert all(isinstance(r, httpx.Response) for r in replies), [r for r in replies if not isinstance(r, httpx.Response)]
     assert [r.status_code for r in replies] == expected
     for body, reply in zip(bodies, replies):
@@ -218,7 +219,7 @@ def test_scale_down_drains_requests_in_flight(cluster):
         await asyncio.to_thread(deploy, settings.with_values({"replicas": 1}))
         return await sending
 
-    replies = asyncio.run(burst_then_scale_down())
+    replies = run_async(burst_then_scale_down())
     assert [getattr(r, "status_code", r) for r in replies] == [200] * len(bodies)
     deploy(settings)      # back to two for the tests after this one
 
@@ -249,7 +250,7 @@ def test_killing_a_replica_mid_burst_gives_each_request_an_answer_or_a_503(clust
         return await sending
 
     started = time.monotonic()
-    replies = asyncio.run(burst_and_kill())
+    replies = run_async(burst_and_kill())
     assert time.monotonic() - started < 180                            # no hang
     statuses = [getattr(r, "status_code", repr(r)) for r in replies]
     assert set(statuses) <= {200, 503}, statuses
