@@ -89,8 +89,18 @@ class OmniGateway:
 
     def __init__(self, settings: Settings, engine: Any):
         self._settings = settings
-        self._engine = RemoteEngine(engine)
+        self._engine = RemoteEngine(engine, settled=self._engines_settled)
         self._app = None
+        self._app_name = serve.get_replica_context().app_name
+
+    def _engines_settled(self) -> bool:
+        """Every engine replica the deployment wants is running (or it will never get them: /ready then follows the
+        replicas that did start; the launcher reports the failure)."""
+        try:
+            status = serve.status().applications[self._app_name].deployments[ENGINE].status
+        except (KeyError, RayServeException):
+            return False
+        return status not in ("UPDATING", "UPSCALING")
 
     def __serve_build_asgi_app__(self):
         from api.http.app import create_app
@@ -115,7 +125,9 @@ def application(settings: Settings, cluster_gpus: float = 0.0):
         "autoscaling_config": {"min_replicas": bounds[0], "initial_replicas": bounds[0], "max_replicas": bounds[1],
                                "target_ongoing_requests": 2 * engine_cfg.max_batch_records,
                                "upscale_delay_s": 10.0, "downscale_delay_s": 60.0}}
+    logs = {"log_level": settings.log_level.upper(), "enable_access_log": False}   # no log line per call
     engine = serve.deployment(OmniEngine, name=ENGINE).options(
+        logging_config=logs,
         ray_actor_options={"num_cpus": settings.replica_cpus, "num_gpus": gpus},
         max_ongoing_requests=engine_cfg.max_queue, max_queued_requests=engine_cfg.max_queue,
         graceful_shutdown_timeout_s=settings.drain_s, graceful_shutdown_wait_loop_s=0.5,
@@ -127,6 +139,7 @@ def application(settings: Settings, cluster_gpus: float = 0.0):
         if settings.cache_affinity else RequestRouterConfig(),       # Ray's default: power of two choices
         **scaling)
     gateway = serve.deployment(OmniGateway, name=GATEWAY).options(
+        logging_config=logs,
         num_replicas=1, ray_actor_options={"num_cpus": 0},
         max_ongoing_requests=4 * engine_cfg.max_queue, graceful_shutdown_timeout_s=settings.drain_s)
     return gateway.bind(settings, engine.bind(engine_cfg))

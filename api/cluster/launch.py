@@ -34,7 +34,8 @@ def start_cluster(settings: Settings) -> None:
             most = settings.autoscale_bounds[1] if settings.autoscale_bounds else settings.replicas
             cpus = max(os.cpu_count() or 1, int(most * settings.replica_cpus + 0.999))
             ray.init(num_cpus=cpus, include_dashboard=False, namespace="omni")
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    serve.start(http_options={"host": settings.host, "port": settings.port},
+                logging_config={"log_level": settings.log_level.upper(), "enable_access_log": False})
 
 
 def deploy(settings: Settings, name: str | None = None, route_prefix: str = "/") -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,10 +54,13 @@ class ReplicaAnswer:
 
 
 class RemoteEngine:
-    def __init__(self, handle: Any, *, load_poll_s: float = 5.0):
-        """`handle`: the engine deployment's `DeploymentHandle`."""
+    def __init__(self, handle: Any, *, load_poll_s: float = 5.0, settled: Callable[[], bool] | None = None):
+        """`handle`: the engine deployment's `DeploymentHandle`. `settled()`: whether every replica the deployment
+        wants is running (`load` waits for it too, so that the first requests find the replicas their keys belong to
+        instead of all landing on the first one up)."""
         self._handle = handle
         self._load_poll_s = load_poll_s
+        self._settled = settled
         self._info: dict | None = None
         self._ready = False
         self._lock = threading.Lock()
@@ -65,12 +69,15 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------------------------------------ lifecycle
     def load(self) -> RemoteEngine:
-        """Block until an engine replica answers (Ray routes nothing to a replica before its engine is warm)."""
+        """Block until an engine replica answers (Ray routes nothing to a replica before its engine is warm), then
+        until the deployment has all the replicas it wants."""
         while self._info is None:
             try:
                 self._info = self._handle.info.remote().result(timeout_s=self._load_poll_s)
             except TimeoutError:
                 log.info("waiting for an engine replica to finish loading")
+        while self._settled is not None and not self._settled():
+            time.sleep(0.2)
         return self
 
     def start(self) -> RemoteEngine:

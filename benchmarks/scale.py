@@ -1,0 +1,509 @@
+"""scale: `omni serve --ray` on this machine — throughput of 2 engine replicas vs 1, and cache-aware routing.
+
+Loopback `omni serve --ray` servers, each its own local Ray cluster (Serve's HTTP proxy, the gateway, the engine
+replicas), every engine replica with one torch thread (`--torch-threads 1`), the tiny checkpoint by default:
+  one     `--replicas 1`
+  two     `--replicas 2` (cache-affinity routing, the default)
+  two_p2c `--replicas 2 --cache-affinity false` (Ray Serve's default power-of-two-choices router)
+Only one server runs at a time, and each measurement gets a freshly started one. A server counts as up once the
+launcher has logged "omni serve --ray on http://..." (every replica running), not at the first /ready 200.
+
+0. Ceiling without any serving stack (reference): the same workload decided in-process (`DecisionEngine.decide`,
+   one request at a time) by one engine process vs two side by side, each with one torch thread: what a second
+   engine can add on this machine at all. `--ceiling-rounds` rounds alternating which goes first.
+1. Throughput, `one` vs `two`, in rounds that alternate which goes first (one,two / two,one / ...) so load from
+   other processes on a shared machine hits both alike. Each measurement: a fresh server, a warm-up (`--clients`
+   requests, not counted), then its own fresh `--requests` requests from `--clients` concurrent httpx async
+   clients (JSON with data URLs, encoded before the clock starts). Workload (`--workload`):
+     photo_audio (default) — the inspection request of examples/inspection.json (its state, numbered per request,
+       and its five questions) with a 1920x1080 JPEG photo and a 5 s WAV recording (~280 KB of JSON); every photo
+       and recording has distinct bytes (a JPEG comment, a tone frequency), so nothing is found in a cache: each
+       request is decoded, encoded and prefilled in full (~1,650 tokens, ~0.35 s of CPU in an engine here);
+     text — the same questions, no media, a distinct 8,000-character state (~4,300 tokens).
+   Printed per measurement: req/s, latency p50/p99, statuses, the CPU each kind of process spent per request
+   (engine replicas, gateway, Serve's proxy, Serve's controller, the rest of Ray, the launcher, this client), and
+   the cores busy (ours, and other processes on the machine). Summary: the ratio two / one (median round, and
+   overall = total requests / total seconds) next to the ceiling's ratio.
+2. Cache affinity: `--photos` K distinct 640x480 photos, each asked `--repeats` R times (one state per photo,
+   new questions each time, shuffled, `--clients` concurrent) — the same request list to fresh `one`, `two` and
+   `two_p2c` servers, before any other traffic, caches at their default budgets (512 MB media, 1 GB prefix: far
+   above what K photos need; /metrics' eviction counters are printed to show nothing was evicted). Prefix-cache
+   hit rate from each answer's Server-Timing header (`prefix-cache;desc="hit"`); (R - 1) / R at best (fewer when
+   repeats of one photo are in flight together). Ratios two / one (goal >= 0.90) and two_p2c / one.
+
+Startup (~20-40 s a server) and shutdown are outside every clock; a default run takes about 10 minutes. Prints JSON
+lines and a summary, with the load average. Not a test: nothing is asserted; figures depend on the machine.
+What it must not know: engine or Ray internals — it talks HTTP to `omni serve --ray` (Server-Timing, /metrics),
+uses `DecisionEngine.decide` for the ceiling, and reads only the OS's CPU counters of the processes (psutil).
+
+    .venv/bin/python benchmarks/scale.py [--rounds 4] [--requests 64] [--clients 16] [--workload photo_audio|text]
+                                         [--photos 24] [--repeats 8] [--ceiling-rounds 2] [--ceiling-requests 24]
+                                         [--model DIR] [--server-flags "--flag V ..."] [--skip-throughput]
+                                         [--skip-affinity]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import platform
+import random
+import shlex
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import psutil
+from serving import OMNI, ROOT, free_port, stop_server
+
+SETUPS = {"one": ["--replicas", "1"], "two": ["--replicas", "2"],
+          "two_p2c": ["--replicas", "2", "--cache-affinity", "false"]}
+INSPECTION = json.loads((ROOT / "examples" / "inspection.json").read_text(encoding="utf-8"))
+PROCESS_KINDS = ("engine", "gateway", "proxy", "controller", "ray_other", "driver", "client")
+
+
+# ------------------------------------------------------------------------------------------------ workloads
+def data_url(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def with_comment(jpeg: bytes, text: str) -> bytes:
+    """The same JPEG with a COM segment after SOI: distinct bytes (no media-cache hit), the same pixels."""
+    payload = text.encode()
+    return jpeg[:2] + b"\xff\xfe" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:]
+
+
+def throughput_bodies(workload: str, tag: int, n: int) -> list[bytes]:
+    """`n` JSON payloads, every state and media file distinct (and distinct from any other `tag`)."""
+    from fixtures.media import image_bytes, wav_bytes
+
+    photo = image_bytes("JPEG", "RGB", 1920, 1080) if workload == "photo_audio" else b""
+    out = []
+    for i in range(n):
+        body = {"model": INSPECTION["model"], "questions": INSPECTION["questions"]}
+        if workload == "photo_audio":
+            body["state"] = f"Round {tag}, unit {i}. {INSPECTION['state']}"
+            body["images"] = [data_url("image/jpeg", with_comment(photo, f"round {tag}, unit {i}"))]
+            body["audio"] = [data_url("audio/wav", wav_bytes(5.0, frequency_hz=200.0 + (tag * 1000 + i) * 0.37))]
+        else:
+            line = f"Round {tag}, unit {i}: the unit rattles since the last service visit; the customer wrote again. "
+            body["state"] = (line * (8000 // len(line) + 1))[:8000]
+        out.append(json.dumps(body).encode())
+    return out
+
+
+def affinity_bodies(photos: int, repeats: int, seed: int = 7) -> list[bytes]:
+    """`photos` distinct 640x480 photos, each asked `repeats` times: one state per photo, new questions each time;
+    shuffled."""
+    import io
+
+    from PIL import Image
+
+    from fixtures.media import pattern
+
+    bodies = []
+    for k in range(photos):
+        pixels = pattern(480, 640, index=k)           # the frame-index blocks make each photo really different
+        pixels[:8, :8] = (k * 37 % 256, k * 91 % 256, 255 - k % 256)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, "PNG")
+        image = data_url("image/png", buffer.getvalue())
+        state = f"Unit {k}: photo taken by the technician after the service visit. {INSPECTION['state']}"
+        for r in range(repeats):
+            questions = {f"{name}_{r}": {**q, "instructions": f"(ask {r}) {q['instructions']}"}
+                         for name, q in list(INSPECTION["questions"].items())[:3]}
+            bodies.append(json.dumps({"model": INSPECTION["model"], "state": state, "questions": questions,
+                                      "images": [image]}).encode())
+    random.Random(seed).shuffle(bodies)
+    return bodies
+
+
+def cache_outcomes(server_timing: str) -> dict[str, str]:
+    """{"prefix": "hit", "media": "miss"} from a Server-Timing header."""
+    out = {}
+    for entry in server_timing.split(","):
+        name, _, desc = entry.strip().partition(";desc=")
+        if name.endswith("-cache"):
+            out[name.removesuffix("-cache")] = desc.strip('"')
+    return out
+
+
+async def post_all(url: str, payloads: list[bytes], clients: int) -> tuple[list[tuple], float]:
+    """Send every payload with `clients` in flight -> ([(status, latency s, Server-Timing)] in send order, wall s)."""
+    results: list[tuple | None] = [None] * len(payloads)
+    queue = list(enumerate(payloads))[::-1]
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        async def worker() -> None:
+            while queue:
+                i, payload = queue.pop()
+                sent = time.perf_counter()
+                r = await client.post("/v1/systemone", content=payload, headers={"Content-Type": "application/json"})
+                results[i] = (r.status_code, time.perf_counter() - sent, r.headers.get("server-timing", ""))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        return results, time.perf_counter() - started
+
+
+# ------------------------------------------------------------------------------------------------ servers
+class Server:
+    """One `omni serve --ray` process and its process tree (for CPU accounting and for making sure it all ends)."""
+
+    def __init__(self, name: str, flags: list[str], work: Path):
+        self.name = name
+        self.log = work / f"{name}-{len(list(work.glob(name + '-*.log')))}.log"
+        self.seen: dict[int, psutil.Process] = {}
+        self.url = f"http://127.0.0.1:{free_port()}"
+        started = time.monotonic()
+        with open(self.log, "wb") as log:      # its own session: a Ctrl-C here reaches only this script,
+            self.proc = subprocess.Popen(        # which then stops the server the regular way
+                [sys.executable, "-c", OMNI, "serve", "--ray", "--port", self.url.rsplit(":", 1)[1],
+                 "--log-level", "info", *flags], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        try:
+            self.ready_s = self._wait(started)
+        except BaseException:
+            print(json.dumps({"stopped": self.stop()}), flush=True)
+            raise
+        self.start_s = time.monotonic() - started
+
+    def _wait(self, started: float) -> float:
+        """Until the launcher logs its "on http://" line -> seconds until /ready first said 200. /ready turns 200
+        as soon as ONE engine replica answers; the line comes once `serve.run` has every replica running (before
+        that the router knows only some of them)."""
+        ready_s = None
+        while time.monotonic() - started < 300:
+            self.tree()                          # remember every process, to be sure they all end
+            if self.proc.poll() is not None:
+                raise SystemExit(f"omni serve --ray exited ({self.proc.returncode}); see {self.log}")
+            if ready_s is None:
+                try:
+                    if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
+                        ready_s = time.monotonic() - started
+                except httpx.TransportError:
+                    pass
+            elif b"omni serve --ray on http://" in self.log.read_bytes():
+                return ready_s
+            time.sleep(0.2)
+        raise SystemExit(f"omni serve --ray not up after 300 s; see {self.log}")
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        for p in procs:
+            self.seen.setdefault(p.pid, p)
+        return procs
+
+    def cpu(self) -> dict[int, tuple[str, float]]:
+        """pid -> (kind, user + system CPU seconds) for every live process of the tree."""
+        out = {}
+        for p in self.tree():
+            try:
+                times = p.cpu_times()
+                out[p.pid] = (self._kind(p), times.user + times.system)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+    def _kind(self, p: psutil.Process) -> str:
+        if p.pid == self.proc.pid:
+            return "driver"
+        line = " ".join(p.cmdline()) or p.name()
+        for needle, kind in (("OmniEngine", "engine"), ("OmniGateway", "gateway"), ("ProxyActor", "proxy"),
+                             ("ServeController", "controller")):
+            if needle in line:
+                return kind
+        return "ray_other"
+
+    def metric(self, prefix: str) -> dict[str, float]:
+        text = httpx.get(self.url + "/metrics", timeout=30).text
+        return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+                if line.startswith(prefix) and "_created" not in line}
+
+    def stop(self) -> dict:
+        """SIGTERM to the `omni serve` process, wait; then whatever of its tree is still alive is reported (and
+        terminated: these are processes this script started)."""
+        self.tree()
+        started = time.monotonic()
+        stop_server(self.proc)
+        stop_s = time.monotonic() - started
+        _, left = psutil.wait_procs(list(self.seen.values()), timeout=5)
+        names = []
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                names.append(f"{p.pid} {p.name()}")
+                p.terminate()
+        _, stubborn = psutil.wait_procs(left, timeout=10)
+        for p in stubborn:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        return {"server": self.name, "exit_code": self.proc.returncode, "stop_s": round(stop_s, 1),
+                "left_running": names}
+
+
+def cpu_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per process kind between two `Server.cpu()` samples (a process that ended in between is lost;
+    one that started counts from zero)."""
+    out: Counter = Counter()
+    for pid, (kind, seconds) in after.items():
+        out[kind] += seconds - before.get(pid, (kind, 0.0))[1]
+    return dict(out)
+
+
+def busy(t) -> float:
+    """CPU seconds the whole machine spent busy, from `psutil.cpu_times()`."""
+    return t.user + t.system + t.nice + t.irq + t.softirq + getattr(t, "steal", 0.0)
+
+
+def own_cpu() -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+def measure(server: Server, payloads: list[bytes], clients: int) -> tuple[list[tuple], float, dict]:
+    """Send the payloads; -> (results, wall s, CPU seconds by process kind, plus this client and the machine)."""
+    before, client_before, machine_before = server.cpu(), own_cpu(), psutil.cpu_times()
+    results, wall = asyncio.run(post_all(server.url, payloads, clients))
+    after, client_after, machine_after = server.cpu(), own_cpu(), psutil.cpu_times()
+    cpu = cpu_by_kind(before, after)
+    cpu["client"] = client_after - client_before
+    cpu["machine"] = busy(machine_after) - busy(machine_before)
+    return results, wall, cpu
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# ------------------------------------------------------------------------------------------------ parts
+def engine_worker(model: str | None, inbox, outbox) -> None:
+    """A process with one in-process engine (one torch thread): decides each list of payloads it is given, one at a
+    time, and reports (monotonic start, end, CPU seconds of the process, requests); None ends it."""
+    from omni.contract.config import EngineConfig
+    from omni.contract.request import parse_request
+    from omni.serve.engine import DecisionEngine
+
+    engine = DecisionEngine(EngineConfig(model_path=model, torch_threads=1)).load()
+    outbox.put("ready")
+    while (payloads := inbox.get()) is not None:
+        requests = [parse_request(json.loads(p), engine.config) for p in payloads]
+        started, cpu = time.monotonic(), time.process_time()
+        for request in requests:
+            engine.decide(request)
+        outbox.put((started, time.monotonic(), time.process_time() - cpu, len(requests)))
+
+
+def ceiling(args: argparse.Namespace) -> list[dict]:
+    """No serving stack at all: the same workload decided in-process by one engine process vs two side by side
+    (each its own share, one request at a time) — how much a second single-threaded engine can add on this
+    machine. Both processes load once; in the one-engine turns the second waits idle."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    outbox = context.Queue()
+    inboxes = [context.Queue(), context.Queue()]
+    workers = [context.Process(target=engine_worker, args=(args.model, inbox, outbox), daemon=True)
+               for inbox in inboxes]
+    rounds = []
+    try:
+        for w in workers:
+            w.start()
+        for _ in workers:
+            outbox.get(timeout=300)
+        for i, inbox in enumerate(inboxes):       # not counted: first calls
+            inbox.put(throughput_bodies(args.workload, -50 - i, 4))
+        for _ in inboxes:
+            outbox.get(timeout=300)
+        for n in range(args.ceiling_rounds):
+            result = {}
+            for engines in ((1, 2) if n % 2 == 0 else (2, 1)):
+                payloads = throughput_bodies(args.workload, 1000 + 2 * n + engines, args.ceiling_requests)
+                for i in range(engines):
+                    inboxes[i].put(payloads[i::engines])
+                reports = [outbox.get(timeout=600) for _ in range(engines)]
+                wall = max(r[1] for r in reports) - min(r[0] for r in reports)
+                result[f"engines_{engines}"] = {
+                    "requests": len(payloads), "wall_s": round(wall, 3), "rps": round(len(payloads) / wall, 3),
+                    "cpu_ms_per_request": round(sum(r[2] for r in reports) / len(payloads) * 1e3, 1)}
+            result["ratio_two_over_one"] = round(result["engines_2"]["rps"] / result["engines_1"]["rps"], 3)
+            rounds.append(result)
+            print(json.dumps({"part": "ceiling", "round": n, "loadavg_1m": load1(), **result}), flush=True)
+    finally:
+        for inbox in inboxes:
+            inbox.put(None)
+        for w in workers:
+            w.join(30)
+            if w.is_alive():
+                w.kill()
+    return rounds
+
+
+def throughput_round(server: Server, payloads: list[bytes], clients: int) -> dict:
+    results, wall, cpu = measure(server, payloads, clients)
+    latencies = [latency for _, latency, _ in results]
+    n = len(payloads)
+    ours = sum(v for k, v in cpu.items() if k != "machine")
+    return {"requests": n, "wall_s": round(wall, 3), "rps": round(n / wall, 3),
+            "p50_ms": round(quantile(latencies, 0.5) * 1e3, 1), "p99_ms": round(quantile(latencies, 0.99) * 1e3, 1),
+            "statuses": dict(Counter(str(status) for status, _, _ in results)),
+            "cpu_ms_per_request": {k: round(cpu.get(k, 0.0) / n * 1e3, 1) for k in PROCESS_KINDS},
+            "cpu_ms_per_request_all": round(ours / n * 1e3, 1),
+            "cores_busy": {"ours": round(ours / wall, 2), "machine": round(cpu["machine"] / wall, 2),
+                           "others": round(max(0.0, cpu["machine"] - ours) / wall, 2)}}
+
+
+def affinity(server: Server, payloads: list[bytes], clients: int, repeats: int) -> dict:
+    results, wall, _ = measure(server, payloads, clients)
+    prefix = Counter(cache_outcomes(timing).get("prefix", "none") for _, _, timing in results)
+    media = Counter(cache_outcomes(timing).get("media", "none") for _, _, timing in results)
+    n = len(payloads)
+    cache = server.metric("omni_cache_")
+    return {"requests": n, "wall_s": round(wall, 3), "rps": round(n / wall, 2),
+            "statuses": dict(Counter(str(status) for status, _, _ in results)),
+            "prefix_hit_rate": round(prefix["hit"] / n, 3), "media_hit_rate": round(media["hit"] / n, 3),
+            "best_possible": round((repeats - 1) / repeats, 3), "prefix": dict(prefix), "media": dict(media),
+            "evictions": {k.split('"')[1]: v for k, v in cache.items() if k.startswith("omni_cache_evictions")}}
+
+
+def load1() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+# ------------------------------------------------------------------------------------------------ summary
+def summarize(rounds: list[dict], hits: dict[str, dict], reference: list[dict]) -> dict:
+    out: dict = {}
+    if reference:
+        total = {e: sum(r[e]["requests"] for r in reference) / sum(r[e]["wall_s"] for r in reference)
+                 for e in ("engines_1", "engines_2")}
+        out["ceiling_no_serving_stack"] = {
+            "one_engine_rps": round(total["engines_1"], 2), "two_engines_rps": round(total["engines_2"], 2),
+            "ratio_two_over_one": round(total["engines_2"] / total["engines_1"], 3),
+            "ratio_two_over_one_median_round": round(statistics.median(r["ratio_two_over_one"] for r in reference),
+                                                     3),
+            "cpu_ms_per_request_median": {e: round(statistics.median(r[e]["cpu_ms_per_request"] for r in reference),
+                                                   1) for e in ("engines_1", "engines_2")}}
+    if rounds:
+        setups = ("one", "two")
+        total = {s: sum(r[s]["requests"] for r in rounds) / sum(r[s]["wall_s"] for r in rounds) for s in setups}
+
+        def median(field) -> dict[str, float]:
+            return {s: round(statistics.median(field(r[s]) for r in rounds), 2) for s in setups}
+
+        busy_one = median(lambda x: x["cores_busy"]["ours"])["one"]
+        out["throughput"] = {
+            "one_rps": round(total["one"], 2), "two_rps": round(total["two"], 2),
+            "ratio_two_over_one": round(total["two"] / total["one"], 3),
+            "ratio_two_over_one_median_round": round(statistics.median(r["ratio_two_over_one"] for r in rounds), 3),
+            "ratio_per_round": [r["ratio_two_over_one"] for r in rounds], "goal": 1.6,
+            "cores_busy_ours_median": median(lambda x: x["cores_busy"]["ours"]),
+            "cores_busy_others_median": median(lambda x: x["cores_busy"]["others"]),
+            # two replicas can at best use the whole machine: the ratio cannot exceed cpus / what `one` keeps busy
+            "ratio_bound_cpus_over_cores_busy_one": round((os.cpu_count() or 1) / busy_one, 3) if busy_one else None,
+            "cpu_ms_per_request_median": {s: {k: round(statistics.median(r[s]["cpu_ms_per_request"][k]
+                                                                         for r in rounds), 1)
+                                              for k in PROCESS_KINDS} for s in setups},
+            "cpu_ms_per_request_all_median": median(lambda x: x["cpu_ms_per_request_all"])}
+    if "one" in hits:
+        base = hits["one"]["prefix_hit_rate"]
+        out["affinity"] = {f"{s}_prefix_hit_rate": h["prefix_hit_rate"] for s, h in hits.items()}
+        out["affinity"]["best_possible"] = hits["one"]["best_possible"]
+        for s in ("two", "two_p2c"):
+            if s in hits and base:
+                out["affinity"][f"ratio_{s}_over_one"] = round(hits[s]["prefix_hit_rate"] / base, 3)
+        out["affinity"]["goal_two_over_one"] = 0.9
+    out["loadavg_1m_end"] = load1()
+    return out
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4, help="throughput rounds (each: one and two, alternating)")
+    parser.add_argument("--requests", type=int, default=64, help="requests per server per throughput round")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
+    parser.add_argument("--workload", choices=("photo_audio", "text"), default="photo_audio")
+    parser.add_argument("--photos", type=int, default=24, help="distinct photos of the affinity part")
+    parser.add_argument("--repeats", type=int, default=8, help="times each photo is asked about")
+    parser.add_argument("--model", default=None, help="default: the embedded tiny checkpoint")
+    parser.add_argument("--ceiling-rounds", type=int, default=2,
+                        help="rounds of the no-serving-stack reference (0: skip it)")
+    parser.add_argument("--ceiling-requests", type=int, default=24, help="requests per ceiling measurement")
+    parser.add_argument("--server-flags", default="", metavar="FLAGS",
+                        help="more `omni serve` flags for every server, e.g. \"--affinity-slack-requests 16\"")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-affinity", action="store_true")
+    return parser.parse_args()
+
+
+@contextlib.contextmanager
+def running(name: str, flags: list[str], work: Path):
+    """A fresh `omni serve --ray` for `name`; stopped (and checked for leftovers) however the block ends."""
+    server = Server(name, SETUPS[name] + flags, work)
+    print(json.dumps({"started": name, "flags": SETUPS[name], "ready_s": round(server.ready_s, 1),
+                      "all_replicas_s": round(server.start_s, 1)}), flush=True)
+    try:
+        yield server
+    finally:
+        print(json.dumps({"stopped": server.stop()}), flush=True)
+
+
+def main() -> int:
+    args = parse_args()
+    print(json.dumps({"env": {"python": platform.python_version(), "cpus": os.cpu_count(), "workload": args.workload,
+                              "rounds": args.rounds, "requests": args.requests, "clients": args.clients,
+                              "photos": args.photos, "repeats": args.repeats, "model": args.model or "tiny default",
+                              "torch_threads": 1, "server_flags": args.server_flags, "loadavg_1m": load1()}}),
+          flush=True)
+    work = Path(tempfile.mkdtemp(prefix="omni-scale-bench-"))
+    flags = (["--model", args.model] if args.model else []) + ["--torch-threads", "1", *shlex.split(args.server_flags)]
+    hit_bodies = [] if args.skip_affinity else affinity_bodies(args.photos, args.repeats)
+    rounds: list[dict] = []
+    hits: dict[str, dict] = {}
+    reference = ceiling(args) if args.ceiling_rounds and not args.skip_throughput else []
+    schedule = [["one", "two"] if n % 2 == 0 else ["two", "one"] for n in range(args.rounds)]
+    if args.skip_throughput or not schedule:
+        schedule = [["one", "two"] if hit_bodies else []]
+    if hit_bodies:
+        schedule[-1].append("two_p2c")
+    for n, order in enumerate(schedule):
+        result: dict = {}
+        for name in order:
+            payloads = [] if args.skip_throughput or not args.rounds or name == "two_p2c" else throughput_bodies(
+                args.workload, 2 * n + order.index(name), args.requests)
+            with running(name, flags, work) as server:
+                if hit_bodies and name not in hits:          # fresh caches: before any other traffic
+                    hits[name] = affinity(server, hit_bodies, args.clients, args.repeats)
+                    print(json.dumps({"part": "affinity", "setup": name, "loadavg_1m": load1(), **hits[name]}),
+                          flush=True)
+                if payloads:
+                    warm = throughput_bodies(args.workload, -1 - n, args.clients)   # not counted: first calls
+                    asyncio.run(post_all(server.url, warm, args.clients))
+                    result[name] = throughput_round(server, payloads, args.clients)
+        if {"one", "two"} <= set(result):
+            result["ratio_two_over_one"] = round(result["two"]["rps"] / result["one"]["rps"], 3)
+            rounds.append(result)
+            print(json.dumps({"part": "throughput", "round": n, "order": order[:2], "loadavg_1m": load1(),
+                              **result}), flush=True)
+    failed = any(set(r[s]["statuses"]) - {"200"} for r in rounds for s in ("one", "two")) or any(
+        set(h["statuses"]) - {"200"} for h in hits.values())
+    print(json.dumps({"summary": summarize(rounds, hits, reference)}), flush=True)
+    if failed:
+        print(json.dumps({"failures": "see the statuses above", "logs": str(work)}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
