@@ -8,22 +8,24 @@ replicas), every engine replica with one torch thread (`--torch-threads 1`), the
 Only one server runs at a time, and each measurement gets a freshly started one. A server counts as up once the
 launcher has logged "omni serve --ray on http://..." (every replica running), not at the first /ready 200.
 
-0. Ceiling without any serving stack (reference): the same workload decided in-process (`DecisionEngine.decide`,
+0. Ceiling without any serving stack (reference): each workload decided in-process (`DecisionEngine.decide`,
    one request at a time) by one engine process vs two side by side, each with one torch thread: what a second
    engine can add on this machine at all. `--ceiling-rounds` rounds alternating which goes first.
 1. Throughput, `one` vs `two`, in rounds that alternate which goes first (one,two / two,one / ...) so load from
-   other processes on a shared machine hits both alike. Each measurement: a fresh server, a warm-up (`--clients`
-   requests, not counted), then its own fresh `--requests` requests from `--clients` concurrent httpx async
-   clients (JSON with data URLs, encoded before the clock starts). Workload (`--workload`):
-     photo_audio (default) — the inspection request of examples/inspection.json (its state, numbered per request,
+   other processes on a shared machine hits both alike. Each round starts a fresh server per setup and measures
+   every workload on it in turn: a warm-up (`--clients` requests, not counted), then its own fresh `--requests`
+   requests from `--clients` concurrent httpx async clients (JSON with data URLs, encoded before the clock
+   starts). Workloads (`--workloads`, both by default):
+     photo_audio — the inspection request of examples/inspection.json (its state, numbered per request,
        and its five questions) with a 1920x1080 JPEG photo and a 5 s WAV recording (~280 KB of JSON); every photo
        and recording has distinct bytes (a JPEG comment, a tone frequency), so nothing is found in a cache: each
        request is decoded, encoded and prefilled in full (~1,650 tokens, ~0.35 s of CPU in an engine here);
      text — the same questions, no media, a distinct 8,000-character state (~4,300 tokens).
    Printed per measurement: req/s, latency p50/p99, statuses, the CPU each kind of process spent per request
    (engine replicas, gateway, Serve's proxy, Serve's controller, the rest of Ray, the launcher, this client), and
-   the cores busy (ours, and other processes on the machine). Summary: the ratio two / one (median round, and
-   overall = total requests / total seconds) next to the ceiling's ratio.
+   the cores busy (ours, and other processes on the machine). Summary, per workload: the ratio two / one (median
+   round, and overall = total requests / total seconds), the bound cpus / cores busy with one replica, and the
+   ceiling's ratio.
 2. Cache affinity: `--photos` K distinct 640x480 photos, each asked `--repeats` R times (one state per photo,
    new questions each time, shuffled, `--clients` concurrent) — the same request list to fresh `one`, `two` and
    `two_p2c` servers, before any other traffic, caches at their default budgets (512 MB media, 1 GB prefix: far
@@ -31,12 +33,12 @@ launcher has logged "omni serve --ray on http://..." (every replica running), no
    hit rate from each answer's Server-Timing header (`prefix-cache;desc="hit"`); (R - 1) / R at best (fewer when
    repeats of one photo are in flight together). Ratios two / one (goal >= 0.90) and two_p2c / one.
 
-Startup (~20-40 s a server) and shutdown are outside every clock; a default run takes about 10 minutes. Prints JSON
+Startup (~15-40 s a server) and shutdown are outside every clock; a default run takes about 12 minutes. Prints JSON
 lines and a summary, with the load average. Not a test: nothing is asserted; figures depend on the machine.
 What it must not know: engine or Ray internals — it talks HTTP to `omni serve --ray` (Server-Timing, /metrics),
 uses `DecisionEngine.decide` for the ceiling, and reads only the OS's CPU counters of the processes (psutil).
 
-    .venv/bin/python benchmarks/scale.py [--rounds 4] [--requests 64] [--clients 16] [--workload photo_audio|text]
+    .venv/bin/python benchmarks/scale.py [--rounds 4] [--requests 64] [--clients 16] [--workloads photo_audio,text]
                                          [--photos 24] [--repeats 8] [--ceiling-rounds 2] [--ceiling-requests 24]
                                          [--model DIR] [--server-flags "--flag V ..."] [--skip-throughput]
                                          [--skip-affinity]
@@ -68,6 +70,7 @@ from serving import OMNI, ROOT, free_port, stop_server
 SETUPS = {"one": ["--replicas", "1"], "two": ["--replicas", "2"],
           "two_p2c": ["--replicas", "2", "--cache-affinity", "false"]}
 INSPECTION = json.loads((ROOT / "examples" / "inspection.json").read_text(encoding="utf-8"))
+WORKLOADS = ("photo_audio", "text")
 PROCESS_KINDS = ("engine", "gateway", "proxy", "controller", "ray_other", "driver", "client")
 
 
@@ -178,9 +181,9 @@ class Server:
         self.start_s = time.monotonic() - started
 
     def _wait(self, started: float) -> float:
-        """Until the launcher logs its "on http://" line -> seconds until /ready first said 200. /ready turns 200
-        as soon as ONE engine replica answers; the line comes once `serve.run` has every replica running (before
-        that the router knows only some of them)."""
+        """Until the launcher logs its "on http://" line -> seconds until /ready first said 200. Both wait for
+        every engine replica to run (/ready since 0be78b2; the line once `serve.run` returns): before that the
+        router knows only some of them."""
         ready_s = None
         while time.monotonic() - started < 300:
             self.tree()                          # remember every process, to be sure they all end
@@ -307,10 +310,10 @@ def engine_worker(model: str | None, inbox, outbox) -> None:
         outbox.put((started, time.monotonic(), time.process_time() - cpu, len(requests)))
 
 
-def ceiling(args: argparse.Namespace) -> list[dict]:
-    """No serving stack at all: the same workload decided in-process by one engine process vs two side by side
+def ceiling(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """No serving stack at all: each workload decided in-process by one engine process vs two side by side
     (each its own share, one request at a time) — how much a second single-threaded engine can add on this
-    machine. Both processes load once; in the one-engine turns the second waits idle."""
+    machine. Both processes load once; in the one-engine turns the second waits idle. -> {workload: rounds}"""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
@@ -318,20 +321,20 @@ def ceiling(args: argparse.Namespace) -> list[dict]:
     inboxes = [context.Queue(), context.Queue()]
     workers = [context.Process(target=engine_worker, args=(args.model, inbox, outbox), daemon=True)
                for inbox in inboxes]
-    rounds = []
+    rounds: dict[str, list[dict]] = {workload: [] for workload in args.workloads}
     try:
         for w in workers:
             w.start()
         for _ in workers:
             outbox.get(timeout=300)
         for i, inbox in enumerate(inboxes):       # not counted: first calls
-            inbox.put(throughput_bodies(args.workload, -50 - i, 4))
+            inbox.put([p for workload in args.workloads for p in throughput_bodies(workload, -50 - i, 4)])
         for _ in inboxes:
             outbox.get(timeout=300)
-        for n in range(args.ceiling_rounds):
+        for workload, n in ((w, n) for n in range(args.ceiling_rounds) for w in args.workloads):
             result = {}
             for engines in ((1, 2) if n % 2 == 0 else (2, 1)):
-                payloads = throughput_bodies(args.workload, 1000 + 2 * n + engines, args.ceiling_requests)
+                payloads = throughput_bodies(workload, 1000 + 2 * n + engines, args.ceiling_requests)
                 for i in range(engines):
                     inboxes[i].put(payloads[i::engines])
                 reports = [outbox.get(timeout=600) for _ in range(engines)]
@@ -340,8 +343,9 @@ def ceiling(args: argparse.Namespace) -> list[dict]:
                     "requests": len(payloads), "wall_s": round(wall, 3), "rps": round(len(payloads) / wall, 3),
                     "cpu_ms_per_request": round(sum(r[2] for r in reports) / len(payloads) * 1e3, 1)}
             result["ratio_two_over_one"] = round(result["engines_2"]["rps"] / result["engines_1"]["rps"], 3)
-            rounds.append(result)
-            print(json.dumps({"part": "ceiling", "round": n, "loadavg_1m": load1(), **result}), flush=True)
+            rounds[workload].append(result)
+            print(json.dumps({"part": "ceiling", "workload": workload, "round": n, "loadavg_1m": load1(), **result}),
+                  flush=True)
     finally:
         for inbox in inboxes:
             inbox.put(None)
@@ -384,7 +388,24 @@ def load1() -> float:
 
 
 # ------------------------------------------------------------------------------------------------ summary
-def summarize(rounds: list[dict], hits: dict[str, dict], reference: list[dict]) -> dict:
+def summarize(rounds: dict[str, list[dict]], hits: dict[str, dict], reference: dict[str, list[dict]]) -> dict:
+    out: dict = {}
+    for workload in sorted(set(rounds) | set(reference), key=lambda w: WORKLOADS.index(w)):
+        out[workload] = {**summarize_ceiling(reference.get(workload, [])),
+                         **summarize_throughput(rounds.get(workload, []))}
+    if "one" in hits:
+        base = hits["one"]["prefix_hit_rate"]
+        out["affinity"] = {f"{s}_prefix_hit_rate": h["prefix_hit_rate"] for s, h in hits.items()}
+        out["affinity"]["best_possible"] = hits["one"]["best_possible"]
+        for s in ("two", "two_p2c"):
+            if s in hits and base:
+                out["affinity"][f"ratio_{s}_over_one"] = round(hits[s]["prefix_hit_rate"] / base, 3)
+        out["affinity"]["goal_two_over_one"] = 0.9
+    out["loadavg_1m_end"] = load1()
+    return out
+
+
+def summarize_ceiling(reference: list[dict]) -> dict:
     out: dict = {}
     if reference:
         total = {e: sum(r[e]["requests"] for r in reference) / sum(r[e]["wall_s"] for r in reference)
@@ -396,6 +417,11 @@ def summarize(rounds: list[dict], hits: dict[str, dict], reference: list[dict]) 
                                                      3),
             "cpu_ms_per_request_median": {e: round(statistics.median(r[e]["cpu_ms_per_request"] for r in reference),
                                                    1) for e in ("engines_1", "engines_2")}}
+    return out
+
+
+def summarize_throughput(rounds: list[dict]) -> dict:
+    out: dict = {}
     if rounds:
         setups = ("one", "two")
         total = {s: sum(r[s]["requests"] for r in rounds) / sum(r[s]["wall_s"] for r in rounds) for s in setups}
@@ -417,15 +443,6 @@ def summarize(rounds: list[dict], hits: dict[str, dict], reference: list[dict]) 
                                                                          for r in rounds), 1)
                                               for k in PROCESS_KINDS} for s in setups},
             "cpu_ms_per_request_all_median": median(lambda x: x["cpu_ms_per_request_all"])}
-    if "one" in hits:
-        base = hits["one"]["prefix_hit_rate"]
-        out["affinity"] = {f"{s}_prefix_hit_rate": h["prefix_hit_rate"] for s, h in hits.items()}
-        out["affinity"]["best_possible"] = hits["one"]["best_possible"]
-        for s in ("two", "two_p2c"):
-            if s in hits and base:
-                out["affinity"][f"ratio_{s}_over_one"] = round(hits[s]["prefix_hit_rate"] / base, 3)
-        out["affinity"]["goal_two_over_one"] = 0.9
-    out["loadavg_1m_end"] = load1()
     return out
 
 
@@ -434,7 +451,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=4, help="throughput rounds (each: one and two, alternating)")
     parser.add_argument("--requests", type=int, default=64, help="requests per server per throughput round")
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
-    parser.add_argument("--workload", choices=("photo_audio", "text"), default="photo_audio")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), metavar="LIST",
+                        help=f"throughput workloads, comma-separated, each measured on every server: {WORKLOADS}")
     parser.add_argument("--photos", type=int, default=24, help="distinct photos of the affinity part")
     parser.add_argument("--repeats", type=int, default=8, help="times each photo is asked about")
     parser.add_argument("--model", default=None, help="default: the embedded tiny checkpoint")
@@ -445,7 +463,11 @@ def parse_args() -> argparse.Namespace:
                         help="more `omni serve` flags for every server, e.g. \"--affinity-slack-requests 16\"")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-affinity", action="store_true")
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    if not args.workloads or set(args.workloads) - set(WORKLOADS):
+        parser.error(f"--workloads: a comma-separated list of {WORKLOADS}")
+    return args
 
 
 @contextlib.contextmanager
@@ -462,7 +484,7 @@ def running(name: str, flags: list[str], work: Path):
 
 def main() -> int:
     args = parse_args()
-    print(json.dumps({"env": {"python": platform.python_version(), "cpus": os.cpu_count(), "workload": args.workload,
+    print(json.dumps({"env": {"python": platform.python_version(), "cpus": os.cpu_count(), "workloads": args.workloads,
                               "rounds": args.rounds, "requests": args.requests, "clients": args.clients,
                               "photos": args.photos, "repeats": args.repeats, "model": args.model or "tiny default",
                               "torch_threads": 1, "server_flags": args.server_flags, "loadavg_1m": load1()}}),
@@ -470,34 +492,35 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="omni-scale-bench-"))
     flags = (["--model", args.model] if args.model else []) + ["--torch-threads", "1", *shlex.split(args.server_flags)]
     hit_bodies = [] if args.skip_affinity else affinity_bodies(args.photos, args.repeats)
-    rounds: list[dict] = []
+    rounds: dict[str, list[dict]] = {workload: [] for workload in args.workloads}
     hits: dict[str, dict] = {}
-    reference = ceiling(args) if args.ceiling_rounds and not args.skip_throughput else []
+    reference = ceiling(args) if args.ceiling_rounds and not args.skip_throughput else {}
     schedule = [["one", "two"] if n % 2 == 0 else ["two", "one"] for n in range(args.rounds)]
     if args.skip_throughput or not schedule:
         schedule = [["one", "two"] if hit_bodies else []]
     if hit_bodies:
         schedule[-1].append("two_p2c")
     for n, order in enumerate(schedule):
-        result: dict = {}
+        result: dict[str, dict] = {workload: {} for workload in args.workloads}
         for name in order:
-            payloads = [] if args.skip_throughput or not args.rounds or name == "two_p2c" else throughput_bodies(
-                args.workload, 2 * n + order.index(name), args.requests)
+            measured = not (args.skip_throughput or not args.rounds or name == "two_p2c")
             with running(name, flags, work) as server:
                 if hit_bodies and name not in hits:          # fresh caches: before any other traffic
                     hits[name] = affinity(server, hit_bodies, args.clients, args.repeats)
                     print(json.dumps({"part": "affinity", "setup": name, "loadavg_1m": load1(), **hits[name]}),
                           flush=True)
-                if payloads:
-                    warm = throughput_bodies(args.workload, -1 - n, args.clients)   # not counted: first calls
+                for workload in args.workloads if measured else []:     # the same server for every workload
+                    payloads = throughput_bodies(workload, 2 * n + order.index(name), args.requests)
+                    warm = throughput_bodies(workload, -1 - n, args.clients)   # not counted: first calls
                     asyncio.run(post_all(server.url, warm, args.clients))
-                    result[name] = throughput_round(server, payloads, args.clients)
-        if {"one", "two"} <= set(result):
-            result["ratio_two_over_one"] = round(result["two"]["rps"] / result["one"]["rps"], 3)
-            rounds.append(result)
-            print(json.dumps({"part": "throughput", "round": n, "order": order[:2], "loadavg_1m": load1(),
-                              **result}), flush=True)
-    failed = any(set(r[s]["statuses"]) - {"200"} for r in rounds for s in ("one", "two")) or any(
+                    result[workload][name] = throughput_round(server, payloads, args.clients)
+        for workload, by_setup in result.items():
+            if {"one", "two"} <= set(by_setup):
+                by_setup["ratio_two_over_one"] = round(by_setup["two"]["rps"] / by_setup["one"]["rps"], 3)
+                rounds[workload].append(by_setup)
+                print(json.dumps({"part": "throughput", "workload": workload, "round": n, "order": order[:2],
+                                  "loadavg_1m": load1(), **by_setup}), flush=True)
+    failed = any(set(r[s]["statuses"]) - {"200"} for w in rounds.values() for r in w for s in ("one", "two")) or any(
         set(h["statuses"]) - {"200"} for h in hits.values())
     print(json.dumps({"summary": summarize(rounds, hits, reference)}), flush=True)
     if failed:
