@@ -33,7 +33,7 @@ launcher has logged "omni serve --ray on http://..." (every replica running), no
    hit rate from each answer's Server-Timing header (`prefix-cache;desc="hit"`); (R - 1) / R at best (fewer when
    repeats of one photo are in flight together). Ratios two / one (goal >= 0.90) and two_p2c / one.
 
-Startup (~15-40 s a server) and shutdown are outside every clock; a default run takes about 12 minutes. Prints JSON
+Startup (~15-40 s a server) and shutdown are outside every clock; a default run takes 8-15 minutes. Prints JSON
 lines and a summary, with the load average. Not a test: nothing is asserted; figures depend on the machine.
 What it must not know: engine or Ray internals — it talks HTTP to `omni serve --ray` (Server-Timing, /metrics),
 uses `DecisionEngine.decide` for the ceiling, and reads only the OS's CPU counters of the processes (psutil).

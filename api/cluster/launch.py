@@ -52,6 +52,8 @@ def deploy(settings: Settings, name: str | None = None, route_prefix: str = "/")
 def drain(settings: Settings) -> None:
     """Stop taking decisions, let those in flight finish (up to the drain timeout), then shut Serve down."""
     from ray import serve
+    from ray.exceptions import RayError
+    from ray.serve.exceptions import RayServeException
 
     from api.cluster.deployments import APP_NAME, GATEWAY
 
@@ -61,8 +63,8 @@ def drain(settings: Settings) -> None:
         deadline = time.monotonic() + settings.drain_s
         while time.monotonic() < deadline and gateway.in_flight.remote().result(timeout_s=10) > 0:
             time.sleep(0.2)
-    except Exception as exc:   # the gateway is gone already: nothing left to wait for
-        log.warning("drain: %s", exc)
+    except (RayError, RayServeException, TimeoutError, RuntimeError) as exc:
+        log.warning("drain: %s (the gateway is gone: nothing left to wait for)", exc)
     if settings.ray_address:     # someone else's cluster: take only our application down
         serve.delete(APP_NAME)
     else:

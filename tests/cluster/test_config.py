@@ -81,7 +81,7 @@ def test_the_router_ranks_the_home_replica_first_and_gives_way_when_it_is_busy()
     home = home_replica(key, ["a", "b", "c"])
     pending = SimpleNamespace(kwargs={"affinity": key})
     ranked = run_async(router({"a": 0, "b": 0, "c": 0}).choose_replicas(replicas, pending))
-    assert [[r.replica_id.unique_id for r in group] for group in ranked][0] == [home]
+    assert [r.replica_id.unique_id for r in ranked[0]] == [home]
     busy = {"a": 0, "b": 0, "c": 0, home: 20}
     ranked = run_async(router(busy).choose_replicas(replicas, pending))
     assert len(ranked) == 1 and ranked[0][-1].replica_id.unique_id == home
