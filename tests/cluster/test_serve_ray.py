@@ -1,15 +1,17 @@
 """`omni serve --ray` on a local Ray instance: two CPU engine replicas of the tiny checkpoint behind the gateway.
 
 The same inspection request gets the same answers, headers and errors as `omni serve` (the app in-process around a
-local engine); auth is the same; a burst with corrupt uploads mixed in loses nothing and gets no 5xx; requests with
-the same media or the same state go to the same replica (their caches hit); scale-down drains; killing a replica
-mid-burst leaves every request with an answer or a 503, never a hang; a replica that cannot load its model is
-reported, not retried forever. Tests run in file order: the replica kill is last.
+local engine); auth and the limits (counts, body cap, gzip bomb, media bytes, Content-Type) answer the same; a
+burst with corrupt uploads mixed in loses nothing and gets no 5xx; requests with the same media or the same state
+go to the same replica (their caches hit); scale-down drains; killing a replica mid-burst leaves every request with
+an answer or a 503, never a hang; a replica that cannot load its model is reported, not retried forever. Tests run
+in file order: the replica kill is last.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import time
 from pathlib import Path
 
@@ -122,6 +124,36 @@ def test_the_same_auth_rules(cluster):
         assert anonymous.get("/health").json() == {"status": "ok"}
         assert anonymous.get("/ready").json() == {"status": "ready"}
         assert anonymous.get("/ui").status_code == 200           # the page's own files carry no data
+
+
+def test_the_same_limits_through_rays_proxy(cluster, local):
+    """Every limit answers as in `omni serve` — same status, same body — with Ray's proxy in between: counts,
+    a body over the cap, a gzip body that inflates over it, one photo over its byte limit, a Content-Type."""
+    client, settings = cluster
+    cap = settings.body_cap_bytes
+    media = settings.engine.media
+    big_photo = b"\x89PNG\r\n\x1a\n" + bytes(media.max_image_bytes)          # over the per-photo limit
+    bomb = gzip.compress(b'{"state": "' + b" " * (cap + 1) + b'"}', compresslevel=1)
+    cases = {
+        "too many photos": {"json": {"state": "x", "questions": QUESTIONS,
+                                     "images": [data_url("image/png", photo(i)) for i in range(media.max_images + 1)]}},
+        "too many questions": {"json": {"state": "x", "questions": {f"q{i}": QUESTIONS["visible"]
+                                                                    for i in range(65)}}},
+        "body over the cap": {"content": b'{"state": "' + b"x" * cap + b'"}',
+                              "headers": {"content-type": "application/json"}},
+        "gzip over the cap": {"content": bomb, "headers": {"content-type": "application/json",
+                                                           "content-encoding": "gzip"}},
+        "photo over its limit": {"json": {"state": "x", "questions": QUESTIONS,
+                                          "images": [data_url("image/png", big_photo)]}},
+        "content type": {"content": b"<state>x</state>", "headers": {"content-type": "application/xml"}},
+    }
+    for name, kwargs in cases.items():
+        ours, theirs = client.post("/v1/systemone", **kwargs), local.post("/v1/systemone", **kwargs)
+        assert ours.status_code == theirs.status_code and 400 <= ours.status_code < 500, (name, ours.text[:300])
+        assert without_ids(ours.json()) == without_ids(theirs.json()), name
+    statuses = {name: client.post("/v1/systemone", **kwargs).status_code for name, kwargs in cases.items()}
+    assert statuses == {"too many photos": 413, "too many questions": 422, "body over the cap": 413,
+                        "gzip over the cap": 413, "photo over its limit": 413, "content type": 415}
 
 
 def test_metrics_sum_the_replicas(cluster):
