@@ -1,6 +1,6 @@
 """`omni serve --ray` as a user runs it (a subprocess with its own local Ray instance): it announces the address,
-answers, drains on SIGTERM (every request in flight gets its answer, then exit 0, no Ray process left), and a model
-that cannot load is reported with exit 1 instead of being retried forever."""
+answers, drains on SIGTERM (every request in flight gets its answer, then exit 0, no Ray process left), `--autoscale`
+adds a replica under load, and a model that cannot load is reported with exit 1 instead of being retried forever."""
 from __future__ import annotations
 
 import asyncio
@@ -54,7 +54,7 @@ def test_sigterm_drains_requests_in_flight_then_exits_0(tiny_dir, tmp_path):
     try:
         wait_ready(base, process, log)
         announced = f"omni serve --ray on http://127.0.0.1:{port} with autoscaling 1:2 engine replicas"
-        deadline = time.monotonic() + 60       # /ready answers once one replica is up; the line once all are
+        deadline = time.monotonic() + 60       # the line comes once `serve.run` returns, about when /ready does
         while announced not in log.read_text(errors="replace"):
             assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
             time.sleep(0.5)
@@ -91,3 +91,61 @@ def test_a_model_that_cannot_load_is_reported_with_exit_1(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+
+QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the label visible?"}}
+
+
+def prefix_budget_bytes(metrics: str) -> float:
+    """The summed prefix-cache budget in /metrics: one budget per engine replica heard from in the last minute."""
+    name = 'omni_cache_budget_bytes{cache="prefix"} '
+    return next(float(line.removeprefix(name)) for line in metrics.splitlines() if line.startswith(name))
+
+
+def test_autoscale_adds_a_replica_under_load(tiny_dir, tmp_path):
+    """`--autoscale 1:2` starts with one engine replica; load above the target (2 x max batch records in flight per
+    replica) makes Ray start the second, which then answers too (the summed budget in /metrics doubles); no request
+    fails meanwhile."""
+    port, log = free_port(), tmp_path / "serve.log"
+    process = omni_serve_ray("--model", str(tiny_dir), "--autoscale", "1:2", "--max-batch-records", "1",
+                             "--port", str(port), log=log)
+    base = f"http://127.0.0.1:{port}"
+
+    async def load_until_two_replicas(deadline_s: float) -> tuple[float, float, list[int]]:
+        statuses: list[int] = []
+        stop = asyncio.Event()
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            first = await client.post("/v1/systemone", json={"state": "first", "questions": QUESTIONS})
+            assert first.status_code == 200, first.text
+            one = prefix_budget_bytes((await client.get("/metrics")).text)
+
+            async def sender(k: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    reply = await client.post("/v1/systemone", json={"state": f"load {k}.{i}", "questions": QUESTIONS})
+                    statuses.append(reply.status_code)
+                    i += 1
+
+            senders = [asyncio.ensure_future(sender(k)) for k in range(12)]
+            started, seen = time.monotonic(), one
+            while time.monotonic() - started < deadline_s and seen < 2 * one:
+                await asyncio.sleep(2)
+                seen = prefix_budget_bytes((await client.get("/metrics")).text)
+            stop.set()
+            await asyncio.gather(*senders)
+        return one, seen, statuses
+
+    try:
+        wait_ready(base, process, log)
+        one, seen, statuses = run_async(load_until_two_replicas(deadline_s=150))
+        assert one > 0 and seen == 2 * one, log.read_text(errors="replace")[-3000:]
+        assert statuses and set(statuses) == {200}
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
