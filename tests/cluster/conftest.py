@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,25 @@ def require_ray() -> None:
         if os.environ.get("OMNI_REQUIRE_CLUSTER"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the label visible?"},
+             "team": {"type": "choice", "instructions": "Who fixes it?", "criteria": {"hvac": None, "electric": "E"}}}
+
+
+def inspection_files() -> dict:
+    """The README's inspection request as a multipart upload: request.json, a photo, a recording, a video."""
+    return {"request": ("request.json", (EXAMPLES / "inspection.json").read_bytes(), "application/json"),
+            "images": ("unit.png", (EXAMPLES / "inspection/unit.png").read_bytes(), "image/png"),
+            "audio": ("hum.wav", (EXAMPLES / "inspection/hum.wav").read_bytes(), "audio/wav"),
+            "videos": ("fan.mp4", (EXAMPLES / "inspection/fan.mp4").read_bytes(), "video/mp4")}
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """/metrics' samples by name with labels: {'omni_cache_budget_bytes{cache="prefix"}': 2147483648.0, ...}."""
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
 
 
 def free_port() -> int:

@@ -14,10 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cluster.conftest import free_port, require_ray, run_async
+from tests.cluster.conftest import QUESTIONS, free_port, inspection_files, metric_values, require_ray, run_async
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
 
 
 def omni_serve_ray(*args: str, log: Path) -> subprocess.Popen:
@@ -25,13 +24,6 @@ def omni_serve_ray(*args: str, log: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "api.cli.main", "serve", "--ray", "--torch-threads", "1", *args]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-
-
-def inspection_files() -> dict:
-    return {"request": ("request.json", (EXAMPLES / "inspection.json").read_bytes(), "application/json"),
-            "images": ("unit.png", (EXAMPLES / "inspection/unit.png").read_bytes(), "image/png"),
-            "audio": ("hum.wav", (EXAMPLES / "inspection/hum.wav").read_bytes(), "audio/wav"),
-            "videos": ("fan.mp4", (EXAMPLES / "inspection/fan.mp4").read_bytes(), "video/mp4")}
 
 
 def wait_ready(base: str, process: subprocess.Popen, log: Path, seconds: float = 240) -> None:
@@ -92,15 +84,7 @@ def test_a_model_that_cannot_load_is_reported_with_exit_1(tmp_path):
             process.kill()
             process.wait()
 
-
-
-QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the label visible?"}}
-
-
-def prefix_budget_bytes(metrics: str) -> float:
-    """The summed prefix-cache budget in /metrics: one budget per engine replica heard from in the last minute."""
-    name = 'omni_cache_budget_bytes{cache="prefix"} '
-    return next(float(line.removeprefix(name)) for line in metrics.splitlines() if line.startswith(name))
+PREFIX_BUDGET = 'omni_cache_budget_bytes{cache="prefix"}'   # summed over the replicas heard from in the last minute
 
 
 def test_autoscale_adds_a_replica_under_load(tiny_dir, tmp_path):
@@ -118,7 +102,7 @@ def test_autoscale_adds_a_replica_under_load(tiny_dir, tmp_path):
         async with httpx.AsyncClient(base_url=base, timeout=120) as client:
             first = await client.post("/v1/systemone", json={"state": "first", "questions": QUESTIONS})
             assert first.status_code == 200, first.text
-            one = prefix_budget_bytes((await client.get("/metrics")).text)
+            one = metric_values((await client.get("/metrics")).text)[PREFIX_BUDGET]
 
             async def sender(k: int) -> None:
                 i = 0
@@ -131,7 +115,7 @@ def test_autoscale_adds_a_replica_under_load(tiny_dir, tmp_path):
             started, seen = time.monotonic(), one
             while time.monotonic() - started < deadline_s and seen < 2 * one:
                 await asyncio.sleep(2)
-                seen = prefix_budget_bytes((await client.get("/metrics")).text)
+                seen = metric_values((await client.get("/metrics")).text)[PREFIX_BUDGET]
             stop.set()
             await asyncio.gather(*senders)
         return one, seen, statuses

@@ -13,7 +13,6 @@ import asyncio
 import base64
 import gzip
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -22,22 +21,11 @@ from fastapi.testclient import TestClient
 from api.http.app import create_app
 from api.http.settings import Settings
 from fixtures.media import image_bytes
-from tests.cluster.conftest import run_async
+from tests.cluster.conftest import QUESTIONS, inspection_files, metric_values, run_async
 from tests.unit.http.serving import wait_ready
 
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
 KEY = "cluster-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the label visible?"},
-             "team": {"type": "choice", "instructions": "Who fixes it?", "criteria": {"hvac": None, "electric": "E"}}}
-
-
-def inspection_files() -> dict:
-    return {"request": ("request.json", (EXAMPLES / "inspection.json").read_bytes(), "application/json"),
-            "images": ("unit.png", (EXAMPLES / "inspection/unit.png").read_bytes(), "image/png"),
-            "audio": ("hum.wav", (EXAMPLES / "inspection/hum.wav").read_bytes(), "audio/wav"),
-            "videos": ("fan.mp4", (EXAMPLES / "inspection/fan.mp4").read_bytes(), "video/mp4")}
 
 
 def data_url(mime: str, data: bytes) -> str:
@@ -137,8 +125,8 @@ def test_the_same_limits_through_rays_proxy(cluster, local):
     cases = {
         "too many photos": {"json": {"state": "x", "questions": QUESTIONS,
                                      "images": [data_url("image/png", photo(i)) for i in range(media.max_images + 1)]}},
-        "too many questions": {"json": {"state": "x", "questions": {f"q{i}": QUESTIONS["visible"]
-                                                                    for i in range(65)}}},
+        "too many questions": {"json": {"state": "x", "questions": {
+            f"q{i}": QUESTIONS["visible"] for i in range(settings.engine.max_questions + 1)}}},
         "body over the cap": {"content": b'{"state": "' + b"x" * cap + b'"}',
                               "headers": {"content-type": "application/json"}},
         "gzip over the cap": {"content": bomb, "headers": {"content-type": "application/json",
@@ -147,11 +135,12 @@ def test_the_same_limits_through_rays_proxy(cluster, local):
                                           "images": [data_url("image/png", big_photo)]}},
         "content type": {"content": b"<state>x</state>", "headers": {"content-type": "application/xml"}},
     }
+    statuses = {}
     for name, kwargs in cases.items():
         ours, theirs = client.post("/v1/systemone", **kwargs), local.post("/v1/systemone", **kwargs)
         assert ours.status_code == theirs.status_code and 400 <= ours.status_code < 500, (name, ours.text[:300])
         assert without_ids(ours.json()) == without_ids(theirs.json()), name
-    statuses = {name: client.post("/v1/systemone", **kwargs).status_code for name, kwargs in cases.items()}
+        statuses[name] = ours.status_code
     assert statuses == {"too many photos": 413, "too many questions": 422, "body over the cap": 413,
                         "gzip over the cap": 413, "photo over its limit": 413, "content type": 415}
 
@@ -160,9 +149,7 @@ def test_metrics_sum_the_replicas(cluster):
     client, _ = cluster
     for i in range(4):
         assert client.post("/v1/systemone", json={"state": f"metrics {i}", "questions": QUESTIONS}).status_code == 200
-    text = client.get("/metrics").text
-    lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-             if line and not line.startswith("#")}
+    lines = metric_values(client.get("/metrics").text)
     assert lines['omni_requests_total{route="/v1/systemone",status="200"}'] >= 4
     assert lines['omni_cache_misses_total{cache="prefix"}'] >= 4
     assert lines['omni_cache_budget_bytes{cache="prefix"}'] == 2 * 1024 * 2**20    # two replicas' budgets
