@@ -185,7 +185,7 @@ def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_m
         batcher.start()
         latencies: list[float] = []
 
-        def client(n: int) -> None:
+        def client(n: int, batcher: MicroBatcher = batcher, latencies: list[float] = latencies) -> None:
             for i in range(n):
                 t0 = time.perf_counter()
                 batcher.submit(i).result()

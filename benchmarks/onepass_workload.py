@@ -11,11 +11,11 @@ import json
 from omni.model.prompt import render
 
 # ≥256 hidden, ≥4 layers, ≥8 experts; mrope_section sums to head_dim / 2.
-TEXT = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, head_dim=32,
-            moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2, intermediate_size=512,
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [8, 4, 4],
-                             "interleaved": True, "mrope_interleaved": True})
-HEAD = dict(width=128, heads=4, feedforward=256, layers=2, routing_layers=1)
+TEXT = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+            "moe_intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 512,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [8, 4, 4],
+                             "interleaved": True, "mrope_interleaved": True}}
+HEAD = {"width": 128, "heads": 4, "feedforward": 256, "layers": 2, "routing_layers": 1}
 
 JSON_INSTRUCTION = ("\nAnswer every field above in one JSON object that maps each field ID to its answer: true or "
                     "false for a noul field, the chosen option_id for a choice field, the level number for a score "
@@ -48,12 +48,12 @@ TARGETS = {"nobody": "No one in particular", "author": "The author themselves", 
            "public_figure": "A public figure", "group": "A group of people"}
 
 MESSAGES = (
-    ("mod_queue", "Reported post in #payments-help, thread 'Checkout keeps failing after update', "
-                  "3 reports in 20 min."),
+    ("mod_queue", ("Reported post in #payments-help, thread 'Checkout keeps failing after update', "
+                   "3 reports in 20 min.")),
     ("user_8812", "Our checkout returns errors and orders are stuck since this morning. Anyone else seeing this?"),
     ("user_1270", "Same here. Support told me to wait, but it has been six hours and customers are angry."),
-    ("user_4409", "DM me, I can fix your store for $50 in gift cards, I work for the payments team (not really "
-                  "official but trust me)."),
+    ("user_4409", ("DM me, I can fix your store for $50 in gift cards, I work for the payments team (not really "
+                   "official but trust me).")),
     ("user_8812", "Is that legit? The official support page says they never ask for gift cards."),
     ("user_4409", "Whatever. People like you are the reason this forum is useless, go back to where you came from."),
     ("user_3391", "Reported. Also the status page now says a partial outage in the EU region, ETA two hours."),
@@ -117,8 +117,8 @@ def json_answer(questions) -> str:
 
 # ------------------------------------------------------------------------------------------------- cost model
 # Qwen3-Omni-30B-A3B thinker text shapes (clef-reference §1.2), for the what-if column only.
-REAL_TEXT = dict(hidden_size=2048, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-                 num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, vocab_size=152064)
+REAL_TEXT = {"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+                 "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "vocab_size": 152064}
 
 
 def macs(shape: dict, tokens_a: int, tokens_b: list[int], tokens_c: int, new_c: int) -> dict:

@@ -27,7 +27,7 @@ def free_port() -> int:
 def start_server(args: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
     """Start `omni serve ARGS` on a free loopback port, logging to `log_path`; wait until /ready -> (process, url)."""
     port = free_port()
-    log = open(log_path, "wb")
+    log = open(log_path, "wb")  # noqa: SIM115 (the server process writes to it for its whole life)
     proc = subprocess.Popen([sys.executable, "-c", OMNI, "serve", "--port", str(port), "--log-level", "warning",
                              *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -251,7 +251,7 @@ def _check_cluster(s: Settings) -> None:
     if s.replicas < 1:
         raise SettingsError(f"replicas must be >= 1, got {s.replicas}")
     if s.autoscale is not None:
-        s.autoscale_bounds   # raises SettingsError when malformed
+        _ = s.autoscale_bounds   # raises SettingsError when malformed
     for name in ("replica_cpus", "replica_load_retries", "affinity_slack_requests"):
         if getattr(s, name) < 0:
             raise SettingsError(f"{name} must be >= 0, got {getattr(s, name)}")

@@ -44,14 +44,14 @@ class FlopModel:
             self.active_per_token += count(layer.self_attn) + (count(mlp.gate) + experts if experts else count(mlp))
         self.head_per_row = head.hidden_size * head.width
         vis, aud = thinker.model.visual, thinker.model.audio_tower
-        self.vision = dict(per_patch=count(vis.patch_embed) + count(vis.blocks), depth=len(vis.blocks),
-                           per_merged=count(vis.merger) + count(getattr(vis, "merger_list", None)),
-                           width=vis.config.hidden_size, merge=vis.config.spatial_merge_size)
+        self.vision = {"per_patch": count(vis.patch_embed) + count(vis.blocks), "depth": len(vis.blocks),
+                           "per_merged": count(vis.merger) + count(getattr(vis, "merger_list", None)),
+                           "width": vis.config.hidden_size, "merge": vis.config.spatial_merge_size}
         ac = aud.config
-        self.audio = dict(per_token=count(aud.conv_out) + count(aud.layers) + count(aud.proj1) + count(aud.proj2),
-                          layers=len(aud.layers), d=ac.d_model, channels=ac.downsample_hidden_size,
-                          mel=ac.num_mel_bins, chunk=2 * ac.n_window,
-                          window_chunks=ac.n_window_infer // (2 * ac.n_window))
+        self.audio = {"per_token": count(aud.conv_out) + count(aud.layers) + count(aud.proj1) + count(aud.proj2),
+                          "layers": len(aud.layers), "d": ac.d_model, "channels": ac.downsample_hidden_size,
+                          "mel": ac.num_mel_bins, "chunk": 2 * ac.n_window,
+                          "window_chunks": ac.n_window_infer // (2 * ac.n_window)}
         lm_head = 0 if lexical_table is None else lexical_table.numel()   # Backbone swapped lm_head for Identity
         self.params = {"thinker": count(thinker) + lm_head, "text": count(text),
                        "vision": count(vis), "audio": count(aud), "head": count(head),

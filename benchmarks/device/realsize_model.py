@@ -32,23 +32,23 @@ from preprocess.media import MiB
 STARTED = time.monotonic()
 GiB = 1024 ** 3
 # Released Qwen3-Omni-30B-A3B thinker (clef-reference §1.2; qwen-omni-notes §5 / real_model_arith.py).
-REAL_TEXT = dict(vocab_size=152064, hidden_size=2048, intermediate_size=768, num_hidden_layers=48,
-                 num_attention_heads=32, num_key_value_heads=4, head_dim=128, moe_intermediate_size=768,
-                 num_experts=128, num_experts_per_tok=8, decoder_sparse_step=1, norm_topk_prob=True,
-                 mlp_only_layers=[], max_position_embeddings=65536, rms_norm_eps=1e-6,
-                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [24, 20, 20],
-                                  "interleaved": True, "mrope_interleaved": True})
-REAL_VISION = dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, patch_size=16,
-                   temporal_patch_size=2, spatial_merge_size=2, in_channels=3, num_position_embeddings=2304,
-                   deepstack_visual_indexes=[8, 16, 24])
-REAL_AUDIO = dict(num_mel_bins=128, encoder_layers=32, encoder_attention_heads=20, encoder_ffn_dim=5120,
-                  d_model=1280, downsample_hidden_size=480, n_window=50, n_window_infer=800,
-                  max_source_positions=1500, conv_chunksize=500)
+REAL_TEXT = {"vocab_size": 152064, "hidden_size": 2048, "intermediate_size": 768, "num_hidden_layers": 48,
+                 "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "moe_intermediate_size": 768,
+                 "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "norm_topk_prob": True,
+                 "mlp_only_layers": [], "max_position_embeddings": 65536, "rms_norm_eps": 1e-6,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [24, 20, 20],
+                                  "interleaved": True, "mrope_interleaved": True}}
+REAL_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
+                   "temporal_patch_size": 2, "spatial_merge_size": 2, "in_channels": 3, "num_position_embeddings": 2304,
+                   "deepstack_visual_indexes": [8, 16, 24]}
+REAL_AUDIO = {"num_mel_bins": 128, "encoder_layers": 32, "encoder_attention_heads": 20, "encoder_ffn_dim": 5120,
+                  "d_model": 1280, "downsample_hidden_size": 480, "n_window": 50, "n_window_infer": 800,
+                  "max_source_positions": 1500, "conv_chunksize": 500}
 # Clef-flash's published head with hidden 2048 (§1.4's GUESS for omni): 109,175,812 parameters.
-REAL_HEAD = dict(hidden_size=2048, width=1024, routing_layers=2, layers=4, heads=16, feedforward=4096, dropout=0.0)
-SHAPES = {"real": dict(text=REAL_TEXT, vision=REAL_VISION, audio=REAL_AUDIO, head=REAL_HEAD),
-          "dry": dict(text={**TINY_TEXT, "vocab_size": 152064}, vision=TINY_VISION, audio=TINY_AUDIO,
-                      head=tiny_head_config(TINY_TEXT["hidden_size"]))}
+REAL_HEAD = {"hidden_size": 2048, "width": 1024, "routing_layers": 2, "layers": 4, "heads": 16, "feedforward": 4096, "dropout": 0.0}
+SHAPES = {"real": {"text": REAL_TEXT, "vision": REAL_VISION, "audio": REAL_AUDIO, "head": REAL_HEAD},
+          "dry": {"text": {**TINY_TEXT, "vocab_size": 152064}, "vision": TINY_VISION, "audio": TINY_AUDIO,
+                      "head": tiny_head_config(TINY_TEXT["hidden_size"])}}
 
 
 def log(message: str) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from preprocess.errors import MediaError  # noqa: F401  (re-exported: media faults are request faults too)
-from preprocess.errors import rebuild_error
+from preprocess.errors import (
+    MediaError,  # noqa: F401  (re-exported: media faults are request faults too)
+    rebuild_error,
+)
 
 Loc = tuple  # a field path such as ("questions", "q1", "criteria")
 

@@ -145,7 +145,7 @@ def parse_line(text: str, root: Path, config: EngineConfig, line: int) -> Labell
     except InvalidRequest as exc:
         raise ValueError(f"not valid JSON: {exc.issues[0].msg}") from exc
     if not isinstance(body, dict):
-        raise ValueError("a line must be a JSON object (a request with labels)")
+        raise ValueError("a line must be a JSON object (a request with labels)")  # noqa: TRY004 (bad data, not a bug)
     if "labels" not in body:
         raise ValueError("labels: missing (add {question_id: answer})")
     stripped, parts = _split_media(body, root)

@@ -34,15 +34,15 @@ MULTIMODAL_TOKENS = {"image_token": "<|image_pad|>", "audio_token": "<|audio_pad
 QWEN_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 TOKENIZER_CORPUS = (
-    "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of that "
-    "field's allowed options.", "STATE:", "SCHEMA FIELDS:", "FIELD 1", "ID: label_visible", "TYPE: noul",
+    ("Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of that "
+     "field's allowed options."), "STATE:", "SCHEMA FIELDS:", "FIELD 1", "ID: label_visible", "TYPE: noul",
     "TYPE: choice", "TYPE: score", "INSTRUCTION: ", "ALLOWED OPTIONS:", "OPTION 1: ", "END FIELD",
     "JOINT SCHEMA DECISIONS:", '{"description":"The proposition is true or the answer is yes.","option_id":"true"}',
     '{"description":"The proposition is false or the answer is no.","option_id":"false"}',
     "Is the model and serial number label visible in the photo?",
     "Does the unit sound like it is running smoothly, without rattling or grinding?",
-    "Is the fan running in the video?", "Review the installation: a photo of the unit, an audio recording of it "
-    "running, and a video of the fan.", "Which team should handle this? billing technical sales",
+    "Is the fan running in the video?", ("Review the installation: a photo of the unit, an audio recording of it "
+                                         "running, and a video of the fan."), "Which team should handle this? billing technical sales",
     "How urgent is this? can wait this week today right now", "Our checkout returns errors and orders are stuck.",
     "yes no maybe true false A B C D E 0 1 2 3 4 5 6 7 8 9 {} [] : , \" _ -",
 )
@@ -63,17 +63,17 @@ FEATURE_EXTRACTOR = {"feature_extractor_type": "WhisperFeatureExtractor", "featu
                      "sampling_rate": 16000, "hop_length": 160, "n_fft": 400, "chunk_length": 300, "dither": 0.0,
                      "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True}
 # Small but real shapes: every Qwen3-Omni mechanism (MoE routing, M-RoPE, deepstack, audio windows) is exercised.
-TINY_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
-                 decoder_sparse_step=1, norm_topk_prob=True, max_position_embeddings=65536, rms_norm_eps=1e-6,
-                 tie_word_embeddings=False,
-                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2],
-                                  "interleaved": True, "mrope_interleaved": True})
-TINY_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, temporal_patch_size=2,
-                   spatial_merge_size=2, in_channels=3, num_position_embeddings=64, deepstack_visual_indexes=[1])
-TINY_AUDIO = dict(num_mel_bins=128, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32,
-                  downsample_hidden_size=16, n_window=50, n_window_infer=800, max_source_positions=1500,
-                  conv_chunksize=500)
+TINY_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+                 "decoder_sparse_step": 1, "norm_topk_prob": True, "max_position_embeddings": 65536, "rms_norm_eps": 1e-6,
+                 "tie_word_embeddings": False,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2],
+                                  "interleaved": True, "mrope_interleaved": True}}
+TINY_VISION = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16, "temporal_patch_size": 2,
+                   "spatial_merge_size": 2, "in_channels": 3, "num_position_embeddings": 64, "deepstack_visual_indexes": [1]}
+TINY_AUDIO = {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "d_model": 32,
+                  "downsample_hidden_size": 16, "n_window": 50, "n_window_infer": 800, "max_source_positions": 1500,
+                  "conv_chunksize": 500}
 
 
 def build_tokenizer(vocab_size: int = 1000):
@@ -113,12 +113,12 @@ def thinker_config(tokenizer, text=None, vision=None, audio=None) -> dict:
     text = {**TINY_TEXT, **(text or {}), "vocab_size": len(tokenizer)}
     vision = {**TINY_VISION, **(vision or {}), "out_hidden_size": text["hidden_size"]}
     audio = {**TINY_AUDIO, **(audio or {}), "output_dim": text["hidden_size"]}
-    return dict(text_config=text, vision_config=vision, audio_config=audio,
-                audio_token_id=ids("<|audio_pad|>"), image_token_id=ids("<|image_pad|>"),
-                video_token_id=ids("<|video_pad|>"), audio_start_token_id=ids("<|audio_start|>"),
-                audio_end_token_id=ids("<|audio_end|>"), vision_start_token_id=ids("<|vision_start|>"),
-                vision_end_token_id=ids("<|vision_end|>"), position_id_per_seconds=13, seconds_per_chunk=2,
-                tie_word_embeddings=False)
+    return {"text_config": text, "vision_config": vision, "audio_config": audio,
+                "audio_token_id": ids("<|audio_pad|>"), "image_token_id": ids("<|image_pad|>"),
+                "video_token_id": ids("<|video_pad|>"), "audio_start_token_id": ids("<|audio_start|>"),
+                "audio_end_token_id": ids("<|audio_end|>"), "vision_start_token_id": ids("<|vision_start|>"),
+                "vision_end_token_id": ids("<|vision_end|>"), "position_id_per_seconds": 13, "seconds_per_chunk": 2,
+                "tie_word_embeddings": False}
 
 
 def tiny_head_config(hidden_size: int) -> dict:

@@ -278,7 +278,7 @@ class DecisionEngine:
             except BaseException:
                 self._longs.finish(long)
                 raise
-        except BaseException as exc:  # every request ends: its own error, never a hang
+        except BaseException as exc:  # noqa: BLE001 (every request ends: its own error, never a hang)
             outcome.set_exception(exc)
             return
         finally:

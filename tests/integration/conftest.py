@@ -48,7 +48,7 @@ def bounded():
         def target():
             try:
                 box["result"] = fn(*args, **kwargs)
-            except BaseException as exc:  # re-raised in the test thread
+            except BaseException as exc:  # noqa: BLE001 (re-raised in the test thread)
                 box["error"] = exc
 
         thread = threading.Thread(target=target, daemon=True)
@@ -70,17 +70,17 @@ def tiny_thinker():
     from transformers import Qwen3OmniMoeThinkerConfig, Qwen3OmniMoeThinkerForConditionalGeneration
 
     torch.manual_seed(0)
-    text = dict(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16, moe_intermediate_size=32, num_experts=4,
-                num_experts_per_tok=2, decoder_sparse_step=1, norm_topk_prob=True, max_position_embeddings=8192,
-                rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2],
-                                 "interleaved": True, "mrope_interleaved": True})
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, temporal_patch_size=2,
-                  spatial_merge_size=2, in_channels=3, out_hidden_size=64, num_position_embeddings=64,
-                  deepstack_visual_indexes=[1])
-    audio = dict(num_mel_bins=128, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32,
-                 output_dim=64, downsample_hidden_size=16, n_window=50, n_window_infer=800, max_source_positions=1500,
-                 conv_chunksize=500)
+    text = {"vocab_size": TINY_VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4,
+                "num_experts_per_tok": 2, "decoder_sparse_step": 1, "norm_topk_prob": True, "max_position_embeddings": 8192,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [4, 2, 2],
+                                 "interleaved": True, "mrope_interleaved": True}}
+    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16, "temporal_patch_size": 2,
+                  "spatial_merge_size": 2, "in_channels": 3, "out_hidden_size": 64, "num_position_embeddings": 64,
+                  "deepstack_visual_indexes": [1]}
+    audio = {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "d_model": 32,
+                 "output_dim": 64, "downsample_hidden_size": 16, "n_window": 50, "n_window_infer": 800, "max_source_positions": 1500,
+                 "conv_chunksize": 500}
     ids = TINY_IDS
     config = Qwen3OmniMoeThinkerConfig(
         text_config=text, vision_config=vision, audio_config=audio, audio_token_id=ids.audio_pad,

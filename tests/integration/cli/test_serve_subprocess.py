@@ -40,7 +40,7 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"serve-{self.port}.log"
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (open for the server's life; closed in stop())
         self.proc = subprocess.Popen([sys.executable, "-c", OMNI, "serve", "--port", str(self.port), *args],
                                      cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})

@@ -48,7 +48,7 @@ def read_response(sock: socket.socket) -> tuple[int, dict, bytes]:
 def test_a_stalled_body_gets_a_408_in_the_error_shape_and_the_connection_closes(server):
     sock = partial_upload(server.port, 500, b'{"s')
     started = time.monotonic()
-    status, headers, body = read_response(sock)
+    status, _headers, body = read_response(sock)
     waited = time.monotonic() - started
     assert status == 408 and 1.0 <= waited < 20
     payload = json.loads(body)

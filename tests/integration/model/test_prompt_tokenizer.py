@@ -12,8 +12,8 @@ def test_real_tokenizer_is_applied_segment_by_segment(tiny_dir):
     req = parse_request(REQUEST, EngineConfig())
     out = PromptEncoder(tok, 64_000).encode(req)
     # the segments, listed by hand; each tokenized alone
-    segs = ["<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each answer must be "
-            "exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\nSTATE:\n",
+    segs = [("<|im_start|>system\nRead the complete state and schema. Decide every field jointly. Each answer must be "
+             "exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\nSTATE:\n"),
             '{"list":[1,"é"],"n":1.0,"ok":true,"ticket":"Fan rattles"}', "\n\nSCHEMA FIELDS:\n"]
     for k, (qid, qtype, qtext, opts) in enumerate(zip(["rattle", "team", "sev"], ["noul", "choice", "score"],
                                                       QUESTION_TEXTS, OPTION_TEXTS), start=1):

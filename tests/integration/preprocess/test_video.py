@@ -49,14 +49,14 @@ def upright(frame: np.ndarray) -> bool:
 
 
 FORMATS = {
-    "mp4_h264_aac": dict(),
-    "webm_vp9_opus": dict(container_format="webm", video_codec="libvpx-vp9", audio_codec="libopus"),
-    "webm_vp8_vorbis": dict(container_format="webm", video_codec="libvpx", audio_codec="vorbis"),
-    "mov_h264_aac": dict(container_format="mov"),
-    "mkv_h264_opus": dict(container_format="matroska", audio_codec="libopus"),
-    "mp4_fragmented": dict(options={"movflags": "frag_keyframe+empty_moov"}),
-    "webm_live_no_duration": dict(container_format="webm", video_codec="libvpx", audio_codec="libopus",
-                                  options={"live": "1"}),
+    "mp4_h264_aac": {},
+    "webm_vp9_opus": {"container_format": "webm", "video_codec": "libvpx-vp9", "audio_codec": "libopus"},
+    "webm_vp8_vorbis": {"container_format": "webm", "video_codec": "libvpx", "audio_codec": "vorbis"},
+    "mov_h264_aac": {"container_format": "mov"},
+    "mkv_h264_opus": {"container_format": "matroska", "audio_codec": "libopus"},
+    "mp4_fragmented": {"options": {"movflags": "frag_keyframe+empty_moov"}},
+    "webm_live_no_duration": {"container_format": "webm", "video_codec": "libvpx", "audio_codec": "libopus",
+                                  "options": {"live": "1"}},
 }
 
 

@@ -109,7 +109,7 @@ def test_unknown_model_refused_aliases_accepted(tiny_engine):
 def run_cli(args, stdin=None, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "api.cli.main", *args], input=stdin, capture_output=True, text=True,
-                          timeout=180, env=env)
+                          timeout=180, env=env, check=False)
 
 
 def test_cli_decide_with_model_and_stdin(tiny_dir, tmp_path):

@@ -84,7 +84,7 @@ def test_question_id_non_empty():
 def test_question_id_max_256_chars():
     ok = "é" * 256
     assert parse_request(body(questions={ok: {"type": "noul"}}), CFG).questions[0].id == ok
-    loc, msg, kind = issues_of(body(questions={"x" * 257: {"type": "noul"}}))[0]
+    _loc, msg, kind = issues_of(body(questions={"x" * 257: {"type": "noul"}}))[0]
     assert "at most 256" in msg and kind == "string_too_long"
 
 
@@ -132,14 +132,14 @@ def test_choice_criteria_required():
 
 
 def test_choice_needs_two_options():
-    loc, msg, kind = issues_of(body(questions={"q": {"type": "choice", "criteria": {"a": None}}}))[0]
+    _loc, msg, kind = issues_of(body(questions={"q": {"type": "choice", "criteria": {"a": None}}}))[0]
     assert "at least 2" in msg and kind == "too_short"
 
 
 def test_choice_max_255_options():
     ok = {f"o{i}": None for i in range(255)}
     assert len(parse_request(body(questions={"q": {"type": "choice", "criteria": ok}}), CFG).questions[0].options) == 255
-    loc, msg, kind = issues_of(body(questions={"q": {"type": "choice", "criteria": {**ok, "x": None}}}))[0]
+    loc, msg, _kind = issues_of(body(questions={"q": {"type": "choice", "criteria": {**ok, "x": None}}}))[0]
     assert loc == ("questions", "q", "choice", "criteria") and "at most 255" in msg and "not 256" in msg
 
 
@@ -155,7 +155,7 @@ def test_choice_must_be_map():
 def test_score_levels_list_2_to_10():
     assert len(parse_request(body(questions={"q": {"type": "score", "criteria": list("abcdefghij")}}),
                              CFG).questions[0].options) == 10
-    loc, msg, kind = issues_of(body(questions={"q": {"type": "score", "criteria": list("abcdefghijk")}}))[0]
+    _loc, msg, kind = issues_of(body(questions={"q": {"type": "score", "criteria": list("abcdefghijk")}}))[0]
     assert "at most 10" in msg and "not 11" in msg and kind == "too_long"
     assert issues_of(body(questions={"q": {"type": "score", "criteria": ["a"]}}))[0][2] == "too_short"
 
@@ -194,7 +194,7 @@ def test_media_data_url_and_object_forms():
 @pytest.mark.parametrize("item", ["https://example.com/a.png", "/etc/passwd", "data:image/png,rawtext",
                                   "data:image/png;base64,@@@", {"content_type": "image/png"}, 42])
 def test_media_bad_items_refused_with_index(item):
-    loc, msg, kind = issues_of(body(images=["data:image/png;base64,AAAA", item]))[0]
+    loc, _msg, kind = issues_of(body(images=["data:image/png;base64,AAAA", item]))[0]
     assert loc == ("images", 1) and kind == "media_item"
 
 
@@ -219,7 +219,7 @@ def test_state_nested_deeper_than_64_levels_is_refused():
     deep = "x"
     for _ in range(65):
         deep = [deep]
-    loc, msg, kind = issues_of(body(state=deep))[0]
+    loc, msg, _kind = issues_of(body(state=deep))[0]
     assert loc == ("state",) and "more than 64 levels" in msg
 
 
@@ -238,6 +238,6 @@ def test_unpaired_surrogates_are_refused_where_they_are(where):
         q["criteria"] = {bad: None, "b": None}
     else:
         b["questions"] = {bad: q}
-    loc, msg, kind = issues_of(b)[0]
+    loc, msg, _kind = issues_of(b)[0]
     assert "unpaired surrogate" in msg
     assert loc[0] == ("state" if where.startswith("state") else "questions")

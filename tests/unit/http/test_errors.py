@@ -193,15 +193,15 @@ def test_not_ready_is_503_with_retry_after():
 
 def test_full_queue_is_429_with_retry_after():
     gate = threading.Event()
-    with served(model=FakeModel(forward_gate=gate), max_queue=2, max_batch_records=1) as (client, engine):
-        with ThreadPoolExecutor(2) as pool:
-            held = [pool.submit(client.post, "/v1/systemone", json=body()) for _ in range(2)]
-            wait_until(lambda: len(engine.model.seen) == 2, what="both admitted (one in the model, one queued)")
-            r = client.post("/v1/systemone", json=body())
-            request_error(r, 429, "rate_limit_error")
-            assert r.headers["retry-after"] == "1" and r.headers["retry-after-ms"] == "1000"
-            gate.set()
-            assert [f.result(WAIT).status_code for f in held] == [200, 200]
+    with served(model=FakeModel(forward_gate=gate), max_queue=2, max_batch_records=1) as (client, engine), \
+            ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(client.post, "/v1/systemone", json=body()) for _ in range(2)]
+        wait_until(lambda: len(engine.model.seen) == 2, what="both admitted (one in the model, one queued)")
+        r = client.post("/v1/systemone", json=body())
+        request_error(r, 429, "rate_limit_error")
+        assert r.headers["retry-after"] == "1" and r.headers["retry-after-ms"] == "1000"
+        gate.set()
+        assert [f.result(WAIT).status_code for f in held] == [200, 200]
 
 
 def test_deadline_is_504_and_does_not_block_other_requests():
@@ -268,7 +268,7 @@ def test_the_table_maps_every_core_error_to_its_status_and_shape():
              (InferenceFailed("cuda oom at 0xdead"), 500, None), (CheckpointError("keys"), 500, None),
              (KeyError("internal"), 500, None)]
     for exc, status, loc in cases:
-        got_status, payload, headers = error_payload(exc, "rid-1")
+        got_status, payload, _headers = error_payload(exc, "rid-1")
         assert got_status == status, exc
         assert payload["request_id"] == "rid-1"
         if loc is not None:

@@ -34,7 +34,7 @@ def test_models_is_503_while_the_engine_loads_its_model(monkeypatch):
     gate = threading.Event()
     monkeypatch.setattr(ClefModel, "from_config", classmethod(lambda cls, config: (gate.wait(30), FakeModel())[1]))
     settings = settings_with()
-    with served(engine=DecisionEngine(settings.engine), wait=False) as (client, engine):
+    with served(engine=DecisionEngine(settings.engine), wait=False) as (client, _engine):
         loading = client.get("/v1/models")
         assert loading.status_code == 503 and loading.json()["detail"]["error_type"] == "not_ready"
         gate.set()
@@ -137,7 +137,7 @@ def test_openapi_documents_the_decision_route_json_and_multipart():
 
 
 def test_32_concurrent_requests_with_2_corrupt_uploads():
-    with served(max_batch_records=8, max_wait_ms=5) as (client, engine):
+    with served(max_batch_records=8, max_wait_ms=5) as (client, _engine):
         def send(i: int):
             upload = media("image", corrupt=i in (7, 19), payload=f"img{i}".encode())
             return client.post("/v1/systemone", files=[

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from omni.model.head import JointSchemaHead, RecordSpans, load_joint_head
 
-CFG = dict(hidden_size=24, width=16, routing_layers=2, layers=2, heads=4, feedforward=32)
+CFG = {"hidden_size": 24, "width": 16, "routing_layers": 2, "layers": 2, "heads": 4, "feedforward": 32}
 
 
 def table(H, W, R, L, Fd):

@@ -43,7 +43,7 @@ def cost_of(item) -> int:
 
 
 def make(rec: Recorder, **kw) -> MicroBatcher:
-    args = dict(max_batch_records=4, max_batch_tokens=1000, max_wait_ms=0, max_queue=64)
+    args = {"max_batch_records": 4, "max_batch_tokens": 1000, "max_wait_ms": 0, "max_queue": 64}
     args.update(kw)
     b = MicroBatcher(rec, cost_of, **args)
     b.start()
