@@ -1,9 +1,10 @@
 """Loads a Qwen3-Omni thinker from a Clef-omni checkpoint and runs one prefill to final-norm hidden states.
 
-The only module that names `Qwen3OmniMoe*` model classes. Loading follows clef-reference §6: audio output disabled,
-strict key checks (only `talker.*` / `code2wav.*` may be unexpected), `lm_head` swapped for Identity while its
-weight is kept as the head's lexical table. Knows nothing of prompts, questions, answers or HTTP; it sees token ids,
-model-ready media tensors and per-record lengths.
+The only module that loads or runs `Qwen3OmniMoe*` model classes (`omni.model.tiny` names them too, to build a
+random checkpoint offline). Loading follows Clef-omni's reference loader: audio output disabled, strict key checks
+(only `talker.*` / `code2wav.*` may be unexpected), `lm_head` swapped for Identity while its weight is kept as the
+head's lexical table. Knows nothing of prompts, questions, answers or HTTP; it sees token ids, model-ready media
+tensors and per-record lengths.
 """
 from __future__ import annotations
 
