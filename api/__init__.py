@@ -1,10 +1,13 @@
-"""api: the edges of omni-decide, over the core in `omni/`.
+"""api: the edges of omni-decide, over the core in `omni/`. Imports go one way, down this list:
 
-    api/http/  the FastAPI service: app, routes (System One, Cloudflare's route), transport (bytes -> JSON + parts),
-               schemas (docs only), the one error table, Prometheus metrics, settings (the only env reader)
-    api/cli/   the `omni` command: decide, make-tiny, serve, eval, calibrate, finetune
+    api/cli/      the `omni` command: decide, make-tiny, serve, review, batch (in-process or --url), eval,
+                  calibrate, finetune
+    api/cluster/  `omni serve --ray`: the same app on Ray Serve, one engine per replica (the only room that imports Ray)
+    api/http/     the FastAPI service: app, routes (System One, Cloudflare's route, review), the workbench page,
+                  transport (bytes -> JSON + parts), schemas (docs only), the one error table, Prometheus metrics,
+                  settings (the only env reader)
 
-Requests enter through `omni.contract.request.parse_request` (the one wire parser) and are answered by
-`omni.serve.engine.DecisionEngine`; the CLI's learning commands use `omni.learn` and `omni.model`. Never imports
-torch itself.
+Requests enter through `omni.contract.request.parse_request` (the one wire parser) and are answered by an engine
+with the `omni.serve.surface.ServingEngine` surface (`DecisionEngine` in-process, `RemoteEngine` on Ray); the CLI's
+learning commands use `omni.learn` and `omni.model`. Never imports torch itself.
 """

@@ -1,1 +1,16 @@
-"""preprocess: caller bytes → model inputs. No weights, no HTTP, no network, no file paths from users."""
+"""preprocess: caller bytes -> model inputs. No weights, no HTTP, no network, no file paths from users.
+
+    item.py       the media-slot table and `MediaItem`: one media item as one typed value, carried by its errors
+    errors.py     typed media errors (unsupported, too large, corrupt) in plain words; library messages kept apart
+    media.py      MediaLimits (defaults = Clef-omni hosted) and the request-level checks on sizes, before decoding
+    sniff.py      the format from the magic bytes, and whether it may be sent in a slot
+    decode.py     one request's items -> decoded arrays: the request checks, then each item by its slot
+    image.py      image bytes -> one upright RGB array (EXIF orientation, every mode to RGB), limits before decoding
+    audio.py      audio bytes -> 16 kHz mono float32 (channels averaged, then resampled), bounded decoding
+    video.py      video bytes -> upright frames at 2 fps at the model's size + the soundtrack, in one demux pass
+    processor.py  decoded media -> the thinker's media tensors + placeholder ids (the checkpoint's processor classes)
+    align.py      placeholder token layout of the media segment, audio-in-video interleave, token-count formulas
+    loader.py     a checkpoint's tokenizer, image processor and Whisper feature extractor
+
+Does not import `omni`.
+"""

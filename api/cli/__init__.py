@@ -2,7 +2,10 @@
 
     main.py    the parser and the one place errors are printed (exit 2, never a traceback for a caller's mistake)
     decide.py  `omni decide` (request JSON + --image/--audio/--video/--part as named parts) and `omni make-tiny`
-    serve.py   `omni serve`: settings -> uvicorn running api.http.app, drain on SIGTERM
+    serve.py   `omni serve`: settings -> uvicorn running api.http.app (or `--ray`: api.cluster), drain on SIGTERM
+    review.py  `omni review`: `omni serve` with review on (--batch outputs, --report directories), prints the address
+    batch.py   `omni batch IN.jsonl --out OUT.jsonl`: a backlog answered in-process or by a running server, resumable
+    remote.py  the backlog backend of `omni batch --url`: each line posted to `omni serve` (httpx), 429/503 retried
     learn.py   `omni eval`, `omni calibrate`, `omni finetune`
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.

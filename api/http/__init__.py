@@ -1,13 +1,15 @@
-"""api.http: the HTTP service around one DecisionEngine.
+"""api.http: the HTTP service around one engine (the `ServingEngine` surface of omni.serve).
 
     app.py         create_app(settings, engine=None): routes, error handlers, request ids, lifespan (load, drain)
     routes.py      /v1/systemone and the shared `decide` path, /v1/models, /health, /ready, /metrics
     cloudflare.py  POST /accounts/{id}/ai/run/@cf/cloudflare/{model}: the same decision in Cloudflare's envelope
+    review.py      /v1/review/...: review queues, their items and media, labels, eval reports
+    ui.py          the workbench page at /ui (its files are in static/: index.html, app.js, app.css, icon.svg)
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
     schemas.py     pydantic shapes for the OpenAPI docs (never used to validate)
     metrics.py     Prometheus metrics of one app
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
 
-Knows the engine only through its serving surface (ready, submit, info, batcher) and never imports torch.
+Knows the engine only through its serving surface (readiness, submit, info, stats) and never imports torch.
 """

@@ -5,7 +5,10 @@ Two body shapes on the System One routes, both with a top-level `request_id`:
 - field faults (something at a place in the body): FastAPI style `{"detail": [{"loc": ["body", ...], "msg", "type"}]}`
 - request faults: TypeSafe style `{"detail": {"error_type": ..., "message": ...}}`
 and Cloudflare's envelope on its route (`envelope="cloudflare"`): `{"result": null, "success": false, "errors":
-[{"code", "message"}], "messages": []}`, same status, one error per issue.
+[{"code", "message"}], "messages": []}`, same status, one error per issue. Cloudflare's codes, as measured on
+Workers AI: 10000 auth, 5006 a request it cannot use (Cloudflare: no questions or an unknown type; here: an unknown
+model, 400), 5012 validation and inference failures, 5021 too large, 6003 unreadable body, 7000 no route, 3040
+capacity.
 Client faults are never 5xx; a 500 carries the request id and a fixed message, never the exception text.
 Knows the core's exception classes and Starlette's HTTPException; knows nothing of routes or the model.
 """
@@ -78,8 +81,7 @@ def _retry_after(exc: Overloaded) -> dict[str, str]:
 
 _INTERNAL = "internal error; quote the request id when reporting it"
 
-# Cloudflare codes as measured on Workers AI (../shared/spec/systemone-api.md §3.4): 10000 auth, 5012 validation
-# and inference failures, 5021 too large, 6003 unreadable body, 7000 no route, 3040 capacity.
+# `cf_code`: Cloudflare's code for the same fault, as measured on Workers AI (the list is in the module docstring).
 TABLE: dict[type[BaseException], Rule] = {
     Unauthorized: Rule(401, "authentication_error", 10000, headers=lambda e: {"WWW-Authenticate": "Bearer"}),
     BodyTooLarge: Rule(413, "request_too_large", 5021),

@@ -1,10 +1,12 @@
-"""omni.contract: the wire in and out for EVERY edge (HTTP, CLI, datasets) — one parser, one set of types.
+"""omni.contract: the wire in and out for EVERY edge (HTTP, CLI, datasets, batch files) — one parser, one set of types.
 
     types.py        frozen values: Question, DecisionRequest, Part (an upload beside the JSON), Decision (to the wire)
     request.py      parse_request(body, config, parts): the one parser; validates everything, checks the model name
     media_forms.py  every media form -> MediaItems: Clef slots, llama.cpp files, TypeSafe assets, named parts
+    render.py       a parsed request written back as a System One body (the inverse of parse_request)
     json_values.py  the one JSON loader for callers' documents; what can be rendered into a prompt
     answers.py      probabilities -> System One answers (rounding, confidence)
+    batch_file.py   the `omni batch` output file: one record per input line, the last record of a line wins
     config.py       EngineConfig, which checks its own values
     errors.py       typed errors, no status codes
 

@@ -1,10 +1,12 @@
 """omni.learn: from labelled data to numbers and better checkpoints.
 
-    dataset.py     JSONL of System One requests + labels, parsed by the one wire parser
-    evaluation.py  logits over a dataset -> metrics -> report.md, metrics.json, predictions, figures
-    metrics.py     accuracy, macro-F1, NLL, Brier, ECE, precision threshold (numpy only)
-    plots.py       reliability diagrams and confusion matrices (PNG)
-    training.py    fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
+    dataset.py       JSONL of System One requests + labels, parsed by the one wire parser (labels optional for backlogs)
+    evaluation.py    logits over a dataset -> metrics -> report.md, metrics.json, predictions, figures
+    metrics.py       accuracy, macro-F1, NLL, Brier, ECE, precision threshold (numpy only)
+    plots.py         reliability diagrams and confusion matrices (PNG)
+    training.py      fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
+    review.py        review directories: labels.jsonl (a dataset), media/ by content hash, decisions kept by a server
+    review_queue.py  review queues: batch outputs and kept decisions, most uncertain first, and the labels given
 
 Uses omni.model and omni.contract; never omni.serve. Knows nothing of HTTP, argv or the environment.
 """

@@ -4,7 +4,9 @@ Writes: `config.json` (Qwen3OmniMoeConfig, audio output disabled) + `model.safet
 `thinker.*`), `joint_head_config.json` + `joint_head.safetensors` (Clef state-dict names), a byte-level BPE tokenizer
 trained here with the 33 Qwen special tokens in release order, and `processor_config.json` (image processor + Whisper
 feature extractor sections). The result loads through exactly the path a real `Cloudflare/clef-omni` directory takes.
-Knows nothing of serving, prompts or HTTP; the same seed gives the same weight bytes.
+Besides `omni.model.backbone` (which loads and runs them), the one module that names `Qwen3OmniMoe*` classes: it
+builds a random model from a config rather than loading one. Knows nothing of serving, prompts or HTTP; the same seed
+gives the same weight bytes.
 """
 from __future__ import annotations
 
