@@ -33,10 +33,13 @@ from preprocess.media import MediaLimits
 from preprocess.sniff import sniff_for_slot
 
 SAMPLE_RATE_HZ = 16_000
-# The shortest clip Whisper's feature extractor can turn into one frame when nothing longer is in the same call: it
-# centres its 400-sample window with a reflection of 200 samples, which needs at least 201 (12.6 ms at 16 kHz).
-# Shorter clips are still heard beside a longer one (the extractor pads them); `omni.model.media` checks the request.
-HEARABLE_SAMPLES = 201
+# The shortest clip that gives one frame of Whisper features when nothing longer is in the same call: one hop, 160
+# samples (10.0 ms at 16 kHz). The extractor centres its 400-sample window with a reflection of 200 samples on each
+# side and drops the last frame; numpy's reflect pad may be wider than the signal (`preprocess.processor` takes that
+# path below 201 samples, where torch's STFT cannot pad), so n >= 160 samples give n // 160 >= 1 frames, fewer none.
+# Shorter clips are still heard beside a longer one (the extractor pads them); `omni.model.media` checks the request,
+# and a video's soundtrack shorter than this counts as none (`preprocess.video`).
+HEARABLE_SAMPLES = 160
 _CHUNK_SAMPLES = 1 << 16
 _WAV_UNKNOWN_SIZES = (0, 0xFFFFFFFF)  # streaming writers leave the data size at 0 or -1
 

@@ -7,6 +7,9 @@ The only module that calls the checkpoint's processor classes (passed in; nothin
 * audio: ONE `WhisperFeatureExtractor` call over all clips (standalone clips first, then the soundtracks of heard
   videos), `padding=True, truncation=False, return_attention_mask=True` as the reference:
   `input_features` (N, 128, T), `feature_attention_mask` (N, T). Token counts come from the mask.
+  When the longest clip is too short for the torch STFT the extractor picks when torch is installed (its centred
+  reflect pad of n_fft/2 = 200 needs 201 samples), the same extractor's numpy path computes the features (its
+  reflect pad may be wider than the signal: one frame from 160 samples), as the extractor does without torch.
 * videos: no torchvision here, so frames (already at their final size, see `preprocess.video`) are patchified in
   numpy in the HF layout (rows: t, h/m, w/m, m, m; columns: C, temporal, patch, patch) on uint8, then normalised
   with the image processor's rescale/mean/std in torch: `pixel_values_videos`, `video_grid_thw`, and
@@ -81,11 +84,35 @@ def encode_audio(clips: Sequence[np.ndarray], feature_extractor, n_window: int =
     """16 kHz mono float32 clips -> {input_features (N, mel, T), feature_attention_mask (N, T)}, tokens."""
     if not clips:
         return {}, []
-    out = feature_extractor(list(clips), sampling_rate=SAMPLE_RATE_HZ, padding=True, truncation=False,
-                            return_attention_mask=True, return_tensors="pt")
+    if max(len(clip) for clip in clips) > feature_extractor.n_fft // 2:
+        out = feature_extractor(list(clips), sampling_rate=SAMPLE_RATE_HZ, padding=True, truncation=False,
+                                return_attention_mask=True, return_tensors="pt")
+    else:
+        out = _numpy_path_features(clips, feature_extractor)
     mask = out["attention_mask"]
     tokens = [align.audio_tokens_for_mel_frames(int(n), n_window) for n in mask.sum(-1).tolist()]
     return {"input_features": out["input_features"], "feature_attention_mask": mask}, tokens
+
+
+def _numpy_path_features(clips: Sequence[np.ndarray], feature_extractor):
+    """What the extractor's `__call__` returns for `clips` (same arguments as `encode_audio`) when torch is not
+    installed: its own `pad`, `_np_extract_fbank_features` and attention-mask rescale, steps in `__call__`'s order.
+
+    For clips whose longest is at most n_fft/2 samples, which torch's centred STFT cannot reflect-pad; numpy's
+    reflect pad repeats the reflection, so 160..200 samples give one frame. Below one hop (160) there is none, and
+    the extractor raises: `omni.model.media` refuses such a request before it gets here.
+    """
+    batch = {"input_features": [np.asarray(clip, dtype=np.float32)[:, None] for clip in clips]}
+    out = feature_extractor.pad(batch, padding=True, max_length=feature_extractor.n_samples, truncation=False,
+                                return_attention_mask=True)
+    waveforms = out["input_features"].transpose(2, 0, 1)[0]
+    out["input_features"] = feature_extractor._np_extract_fbank_features(waveforms, "cpu")
+    hop = feature_extractor.hop_length
+    mask = out["attention_mask"][:, ::hop]
+    if out["attention_mask"].shape[1] % hop != 0:  # the frame past the end is dropped, as by the extractor
+        mask = mask[:, :-1]
+    out["attention_mask"] = mask
+    return out.convert_to_tensors("pt")
 
 
 def patchify_frames(frames: np.ndarray, patch_size: int = 16, temporal_patch_size: int = 2,

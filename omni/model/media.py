@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from omni.model.cache import ByteLRU, resident_bytes
-from preprocess.align import PlaceholderIds
+from preprocess.align import PlaceholderIds, hear_videos
 from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ
 from preprocess.decode import decode_item
 from preprocess.errors import CorruptMedia
@@ -82,11 +82,18 @@ class MediaEncoder:
 
 
 def _check_hearable(items: Sequence[MediaItem], encodings: Sequence[ItemEncoding]) -> None:
-    """Audio clips are encoded together; the longest must be long enough for one frame of features (a short clip
-    beside a longer one is padded and heard). Otherwise refuse the longest, saying how short it is."""
+    """Audio clips are encoded in one call with the soundtracks of heard videos; the longest of them must give one
+    frame of features (HEARABLE_SAMPLES), and then every clip is heard (a shorter one is padded). Otherwise refuse
+    the longest clip, in words that say how short it is and what the minimum is. (An empty clip never gets here:
+    `preprocess.audio` refuses it as corrupt; a soundtrack under the minimum counts as none.)"""
     clips = [(len(e.samples), item) for item, e in zip(items, encodings) if item.slot == "audio"]
-    if clips and max(n for n, _ in clips) < HEARABLE_SAMPLES:
+    if not clips:
+        return
+    tracks = [e.samples for e in encodings if e.slot == "videos"]
+    heard_tracks = [len(track) for track in tracks] if hear_videos(tracks) else []
+    if max([n for n, _ in clips] + heard_tracks) < HEARABLE_SAMPLES:
         n, item = max(clips, key=lambda clip: clip[0])
-        raise CorruptMedia(item, f"{n / SAMPLE_RATE_HZ * 1000:.1f} ms of audio is too short to hear: the shortest clip "
-                                 f"is {HEARABLE_SAMPLES / SAMPLE_RATE_HZ * 1000:.1f} ms ({HEARABLE_SAMPLES} samples at "
-                                 f"16 kHz), unless a longer clip is sent with it")
+        raise CorruptMedia(item, f"{n / SAMPLE_RATE_HZ * 1000:.1f} ms of audio ({n} samples at 16 kHz) is too short "
+                                 f"to hear alone: the minimum is {HEARABLE_SAMPLES / SAMPLE_RATE_HZ * 1000:.1f} ms "
+                                 f"({HEARABLE_SAMPLES} samples at 16 kHz, one frame of features); sent with a longer "
+                                 f"clip it is heard")

@@ -124,10 +124,12 @@ def test_short_clips_are_heard_down_to_one_feature_frame(tiny_engine):
     def clip(samples: int) -> dict:
         return {"content_type": "audio/wav", "base64": base64.b64encode(wav_bytes(samples / 16000, 16000, 1)).decode()}
 
-    shortest = decide(tiny_engine, audio=[clip(201)])            # 12.6 ms: one frame of features, one audio token
+    shortest = decide(tiny_engine, audio=[clip(160)])            # 10 ms: one frame of features, one audio token
     assert shortest["x_usage"]["audio"] == 1
-    beside = decide(tiny_engine, audio=[clip(160), clip(16000)])  # 10 ms beside 1 s: padded, heard
+    beside = decide(tiny_engine, audio=[clip(100), clip(16000)])  # 6.25 ms beside 1 s: padded, heard
     assert beside["x_usage"]["audio"] == 1 + 13
     with pytest.raises(CorruptMedia) as info:
-        decide(tiny_engine, audio=[clip(160)])                  # 10 ms alone: not one frame
-    assert info.value.label == "audio[0]" and "10.0 ms of audio is too short to hear" in str(info.value)
+        decide(tiny_engine, audio=[clip(159)])                  # 159 samples alone: not one frame
+    assert info.value.label == "audio[0]"
+    assert "9.9 ms of audio (159 samples at 16 kHz) is too short to hear alone" in str(info.value)
+    assert "the minimum is 10.0 ms (160 samples at 16 kHz" in str(info.value)
