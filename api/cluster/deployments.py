@@ -73,9 +73,8 @@ class OmniEngine:
             raise RuntimeError("the engine is not running")
 
     def _snapshot(self) -> ReplicaSnapshot:
-        batcher = self._engine.batcher
-        return ReplicaSnapshot(self._replica, dict(self._engine.cache_stats()),
-                               batcher.stats() if batcher is not None else None, self._engine.long_prefills())
+        engine = self._engine
+        return ReplicaSnapshot(self._replica, engine.cache_stats(), engine.batcher_stats(), engine.long_prefills())
 
     def __del__(self):
         engine = getattr(self, "_engine", None)

@@ -1,8 +1,9 @@
-"""`RemoteEngine`: the engine surface the HTTP app uses (`submit`, `info`, `ready`, stats), answered by the engine
-replicas of a Ray Serve deployment through a deployment handle.
+"""`RemoteEngine`: the `ServingEngine` surface (omni/serve/surface.py) answered by the engine replicas of a Ray Serve
+deployment through a deployment handle; the HTTP app uses it exactly as the local `DecisionEngine`.
 
 `submit(request, deadline_s)` returns an asyncio task (the route awaits it like the local engine's future and
-cancels it at the deadline, which cancels the call on the replica). Each call carries the request's affinity key
+cancels it at the deadline, which cancels the call on the replica); `decide` / `decide_batch` block on the same calls
+(from a thread that runs no event loop: a batch's requests are sent at once, each to its own replica). Each call carries the request's affinity key
 (`api.cluster.affinity`) for `CacheAffinityRouter`. Each answer comes back as a `ReplicaAnswer`: the decision or
 the typed error the engine raised (pickled whole: the HTTP error table maps it exactly as for `omni serve`), plus a
 snapshot of that replica's counters. `/metrics` shows their sums: counters over every replica heard from, gauges
@@ -18,15 +19,18 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from typing_extensions import Self
 
 from api.cluster.affinity import affinity_key
 from omni.contract.errors import NotReady, Overloaded
 from omni.contract.types import Decision, DecisionRequest
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
+from omni.serve.surface import LongPrefillStats, ModelCard
 
 log = logging.getLogger("omni.cluster")
 FRESH_S = 60.0          # gauges count the replicas heard from within this long
@@ -40,7 +44,7 @@ class ReplicaSnapshot:
     replica: str
     caches: dict[str, CacheStats] = field(default_factory=dict)
     batcher: BatcherStats | None = None
-    long_prefills: dict = field(default_factory=dict)
+    long_prefills: LongPrefillStats = field(default_factory=lambda: LongPrefillStats(in_flight=0, refused=0))
     at: float = 0.0                       # the gateway's time.monotonic() when it arrived
 
 
@@ -61,14 +65,14 @@ class RemoteEngine:
         self._handle = handle
         self._load_poll_s = load_poll_s
         self._settled = settled
-        self._info: dict | None = None
+        self._info: ModelCard | None = None
         self._ready = False
         self._lock = threading.Lock()
         self._snapshots: dict[str, ReplicaSnapshot] = {}
         self.in_flight = 0                 # calls sent and not yet answered (the launcher's drain waits for 0)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
-    def load(self) -> RemoteEngine:
+    def load(self) -> Self:
         """Block until an engine replica answers (Ray routes nothing to a replica before its engine is warm), then
         until the deployment has all the replicas it wants."""
         while self._info is None:
@@ -80,7 +84,7 @@ class RemoteEngine:
             time.sleep(0.2)
         return self
 
-    def start(self) -> RemoteEngine:
+    def start(self) -> Self:
         self.load()
         self._ready = True
         return self
@@ -98,17 +102,31 @@ class RemoteEngine:
         return self._info is not None
 
     @property
-    def info(self) -> dict:
+    def info(self) -> ModelCard:
         if self._info is None:
             raise NotReady("no engine replica has finished loading")
         return self._info
 
     # ------------------------------------------------------------------------------------------------ deciding
-    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> asyncio.Task:
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> asyncio.Task[Decision]:
         """On the event loop: a task that ends with the Decision or the engine's typed error."""
         if not self._ready:
             raise NotReady("no engine replica has finished loading")
         return asyncio.ensure_future(self._call(request, deadline_s))
+
+    def decide(self, request: DecisionRequest) -> Decision:
+        """Synchronous (never on an event loop's thread): one request on the replica its affinity key picks."""
+        return self.decide_batch([request])[0]
+
+    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
+        """Synchronous (never on an event loop's thread): every request sent at once, each routed by its own
+        affinity key (so each may land on another replica), answered in order; the first error is raised."""
+        if not self._ready:
+            raise NotReady("no engine replica has finished loading")
+        return asyncio.run(self._gather(requests))
+
+    async def _gather(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
+        return list(await asyncio.gather(*(self._call(request, None) for request in requests)))
 
     async def _call(self, request: DecisionRequest, deadline_s: float | None) -> Decision:
         self.in_flight += 1
@@ -163,14 +181,10 @@ class RemoteEngine:
                         into[f.name] += getattr(stats, f.name)
         return {name: CacheStats(**values) for name, values in total.items()}
 
-    def long_prefills(self) -> dict:
+    def long_prefills(self) -> LongPrefillStats:
         snapshots, fresh = self._views()
-        return {"in_flight": sum(s.long_prefills.get("in_flight", 0) for s in snapshots if s.replica in fresh),
-                "refused": sum(s.long_prefills.get("refused", 0) for s in snapshots)}
-
-    @property
-    def batcher(self) -> _SummedBatcher:
-        return _SummedBatcher(self)
+        return {"in_flight": sum(s.long_prefills["in_flight"] for s in snapshots if s.replica in fresh),
+                "refused": sum(s.long_prefills["refused"] for s in snapshots)}
 
     def batcher_stats(self) -> BatcherStats:
         snapshots, fresh = self._views()
@@ -186,12 +200,3 @@ class RemoteEngine:
                     setattr(total, f.name, getattr(total, f.name) + getattr(snap.batcher, f.name))
         return total
 
-
-class _SummedBatcher:
-    """What `Metrics.watch_batcher` reads: `stats()` -> BatcherStats, here summed over the replicas."""
-
-    def __init__(self, engine: RemoteEngine):
-        self._engine = engine
-
-    def stats(self) -> BatcherStats:
-        return self._engine.batcher_stats()

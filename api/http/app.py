@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
@@ -31,13 +30,14 @@ from api.http.review import router as review_router
 from api.http.routes import ServiceState, router
 from api.http.settings import Settings
 from api.http.ui import router as ui_router
+from omni.serve.surface import ServingEngine
 
 log = logging.getLogger("omni.api")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 VERSION = "0.1.0"
 
 
-def create_app(settings: Settings, engine: Any = None, *,
+def create_app(settings: Settings, engine: ServingEngine | None = None, *,
                on_load_failure: Callable[[BaseException], None] | None = None,
                on_loaded: Callable[[], None] | None = None, request_id_header: bool = True) -> FastAPI:
     """The app. `engine` defaults to `omni.serve.engine.DecisionEngine(settings.engine)`; it is started (in a thread)
@@ -108,10 +108,7 @@ def _load(svc: ServiceState, on_failure: Callable[[BaseException], None] | None,
 def _announce(svc: ServiceState) -> None:
     info = svc.engine.info
     svc.metrics.set_model(info["name"], bool(info.get("tiny_default")))
-    svc.metrics.watch_batcher(getattr(svc.engine, "batcher", None))
-    svc.metrics.watch_caches(svc.engine.cache_stats)
-    if callable(getattr(svc.engine, "long_prefills", None)):
-        svc.metrics.watch_long_prefills(svc.engine.long_prefills)
+    svc.metrics.watch_engine(svc.engine)
     tiny = " — the embedded TINY DEMO model (synthetic inspection task only, not real answers; use --model DIR|HUB_ID)" if info.get("tiny_default") else ""
     log.info("ready: model %r, context %s tokens%s", info["name"], info.get("context_tokens"), tiny)
 

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from omni.contract.types import Decision
+from omni.serve.surface import ServingEngine
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
@@ -61,18 +62,11 @@ class Metrics:
         self.model_info.clear()
         self.model_info.labels(name, str(tiny_default).lower()).set(1)
 
-    def watch_caches(self, stats: Any) -> None:
-        """Export the engine's caches (`stats()` -> name -> CacheStats) at scrape time."""
-        self._caches.stats = stats
-
-    def watch_batcher(self, batcher: Any) -> None:
-        """Export the micro-batcher's own counters (queue depth, batches by size) when the engine has one."""
-        stats = getattr(batcher, "stats", None)
-        self._batcher.stats = stats if callable(stats) else None
-
-    def watch_long_prefills(self, stats: Any) -> None:
-        """Export the long prefills under way and those refused (`stats()` -> dict in_flight, refused)."""
-        self._longs.stats = stats
+    def watch_engine(self, engine: ServingEngine) -> None:
+        """Export the engine's own counters at scrape time: its caches, micro-batcher and long prefills."""
+        self._caches.stats = engine.cache_stats
+        self._batcher.stats = engine.batcher_stats
+        self._longs.stats = engine.long_prefills
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
@@ -88,8 +82,9 @@ class _ScrapeCollector:
         return []
 
     def collect(self):
-        if self.stats is not None:
-            yield from self.families(self.stats())
+        value = self.stats() if self.stats is not None else None
+        if value is not None:               # None: nothing to show now (no serving path, say)
+            yield from self.families(value)
 
     def families(self, stats: Any) -> Iterable:
         raise NotImplementedError

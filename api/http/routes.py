@@ -33,6 +33,7 @@ from api.http.transport import check_content_headers, decompress, read_body
 from omni.contract.errors import DeadlineExceeded, NotReady
 from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
+from omni.serve.surface import ServingEngine
 
 log = logging.getLogger("omni.api")
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
@@ -43,7 +44,7 @@ class ServiceState:
     """Everything the routes need, held on `app.state.service` (no module-level state)."""
 
     settings: Settings
-    engine: Any
+    engine: ServingEngine
     metrics: Metrics
     parse_limiter: anyio.CapacityLimiter | None = None
     drain_started: float | None = None   # time.monotonic() of SIGTERM / shutdown

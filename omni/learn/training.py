@@ -138,7 +138,7 @@ def _enable_lora(model, config: TrainingConfig) -> None:
 
 def merge_lora(model) -> None:
     """Fold LoRA adapters into the thinker's weights (a no-op without adapters)."""
-    peft_model = getattr(model.backbone, "peft_model", None)
+    peft_model = model.backbone.peft_model
     if peft_model is not None:
         model.backbone.thinker = peft_model.merge_and_unload()
         model.backbone.peft_model = None

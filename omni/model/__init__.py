@@ -1,11 +1,19 @@
 """omni.model: a loaded Clef-omni model and everything that builds, loads or writes one.
 
-    clef.py         ClefModel: from_config / load, the ONE prepare (media + prompt + positions), logits, probabilities
+    surface.py      DecisionModel / TrainableModel / PreparedInputs: what the engine, evaluation and training may call
+    clef.py         ClefModel: the parts put together behind those surfaces (from_config / load, prepare, logits, ...)
+    loading.py      a checkpoint directory -> its parts, loaded strictly; what an EngineConfig asks of the model
+    inputs.py       the ONE prepare: media + prompt + M-RoPE positions -> PreparedRecord (off the model thread)
+    prefixes.py     the prefix key, computed prefixes (keys/values + head memory rows) and the prefix cache
+    forward.py      the batched forward: whole records, prefixes, continuations after computed prefixes, the head
+    chunked.py      a long prefix prefilled a chunk at a time
     checkpoint.py   where a checkpoint directory comes from (dir, hub id, embedded default), its files, release date
-    backbone.py     the Qwen3-Omni thinker (the only file naming Qwen3OmniMoe* classes): strict load, one prefill
+    backbone.py     the Qwen3-Omni thinker: strict load, one prefill, caches to continue from
+    attention.py    the causal SDPA the text layers run (also continuing a cache), maskless
     head.py         Clef's joint-schema head (§3 math), batched
     prompt.py       the reference prompt and its spans; state truncation
-    media.py        media items -> placeholder ids + thinker tensors (through preprocess)
+    media.py        media items -> placeholder ids + thinker tensors (through preprocess), the media cache
+    cache.py        ByteLRU: a thread-safe LRU bounded in bytes (the media and prefix caches)
     calibration.py  optional temperature scaling bound to a checkpoint
     export.py       a (fine-tuned) model back to the released layout
     tiny.py         a tiny random checkpoint built offline; checkpoints/ holds the embedded demo

@@ -89,6 +89,7 @@ class Backbone:
 
     def __init__(self, thinker: nn.Module, lexical_table: torch.Tensor, device: str, dtype: torch.dtype):
         self.thinker = thinker
+        self.peft_model: nn.Module | None = None    # LoRA adapters around the thinker while fine-tuning injects them
         self.lexical_table = lexical_table          # [V, H], the original untied lm_head weight
         self.device, self.dtype = device, dtype
         self.hidden_size = int(lexical_table.shape[1])

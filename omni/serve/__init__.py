@@ -1,8 +1,13 @@
 """omni.serve: answering requests with a model.
 
-    engine.py   DecisionEngine(config, model=None): warm-up, decide / decide_batch, submit (admission, decode pool)
-    batcher.py  MicroBatcher: a bounded queue in front of the one thread that owns the model
+    surface.py    ServingEngine: what the HTTP app calls on an engine (DecisionEngine here, RemoteEngine on Ray)
+    engine.py     DecisionEngine(config, model=None): warm-up, decide / decide_batch, submit (admission, decode pool)
+    batcher.py    MicroBatcher: a bounded queue in front of the one thread that owns the model (REQUEUE: next turn)
+    chunking.py   long prefills: admitted if they can finish in time, a chunk per model turn, requeued until done
+    admission.py  PrefillBacklog: the long prefills under way and what a prefix token costs here (for admission)
+    backlog.py    `omni batch`'s runner: a JSONL file of requests -> one output record per line, resumable
+    heap.py       HeapTrimmer: hands memory freed after big work back to the operating system
 
-Uses omni.contract (and omni.model only to load the model its config names); knows nothing of HTTP, argv, the
-environment or training.
+Uses omni.contract and the model surface of omni.model (and omni.model.clef only to load the model its config
+names); knows nothing of HTTP, argv, the environment or training.
 """

@@ -1,9 +1,11 @@
 """DecisionEngine: warm up -> decide, around a model it is given (or loads from its config).
 
-Usable in-process (CLI, tests, notebooks) and behind the HTTP edge. `decide` / `decide_batch` run synchronously;
-`submit` is the serving path (bounded admission, media decoding in a bounded thread pool, then the micro-batcher
-feeding the one thread that owns the model). The model is anything with the `DecisionModel` surface: the real
-`omni.model.clef.ClefModel`, or a small fake in tests. Knows nothing of HTTP, the environment or model internals.
+Usable in-process (CLI, tests, notebooks) and behind the HTTP edge; it implements `ServingEngine`
+(omni/serve/surface.py). `decide` / `decide_batch` run synchronously; `submit` is the serving path (bounded
+admission, media decoding in a bounded thread pool, then the micro-batcher feeding the one thread that owns the
+model; long prefills a chunk per turn, `omni/serve/chunking.py`). The model is anything with the `DecisionModel`
+surface (omni/model/surface.py): the real `omni.model.clef.ClefModel`, or a small fake in tests; the engine reads its
+records only through `PreparedInputs`. Knows nothing of HTTP, the environment or model internals.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Generic, cast
 
 import torch
 
@@ -20,9 +22,12 @@ from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
 from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
 from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
-from omni.serve.admission import PrefillBacklog
-from omni.serve.batcher import REQUEUE, MicroBatcher, Requeue
+from omni.model.cache import CacheStats
+from omni.model.surface import DecisionModel, RecordT
+from omni.serve.batcher import REQUEUE, BatcherStats, MicroBatcher, Requeue
+from omni.serve.chunking import LongPrefills
 from omni.serve.heap import HeapTrimmer
+from omni.serve.surface import LongPrefillStats, ModelCard
 
 log = logging.getLogger(__name__)
 
@@ -30,38 +35,8 @@ WARMUP_REQUEST = DecisionRequest(
     state="warm-up", questions=(Question("ready", "noul", (Option("true", None), Option("false", None))),))
 
 
-class PreparedInputs(Protocol):
-    """What the engine reads of a prepared record (`omni.model.clef.PreparedRecord`)."""
-
-    request: DecisionRequest
-    tokens_by_modality: dict[str, int]
-    timings_ms: dict[str, float]
-    cache: dict[str, str]              # media / prefix: hit, partial, miss (the forward fills in the prefix)
-
-    @property
-    def num_tokens(self) -> int: ...
-
-    @property
-    def truncated_state_tokens(self) -> int: ...
-
-    @property
-    def truncated_state_chars(self) -> int: ...
-
-
-class DecisionModel(Protocol):
-    """The model surface the engine runs: `prepare` off the model thread, `probabilities` on it."""
-
-    source: Any                     # omni.model.checkpoint.CheckpointSource (directory, tiny_default, release_date)
-
-    def prepare(self, request: DecisionRequest) -> PreparedInputs: ...
-
-    def probabilities(self, records: list) -> list[list[torch.Tensor]]: ...
-
-    def cache_stats(self) -> dict: ...          # name -> omni.model.cache.CacheStats
-
-
-class DecisionEngine:
-    def __init__(self, config: EngineConfig | None = None, model: DecisionModel | None = None):
+class DecisionEngine(Generic[RecordT]):
+    def __init__(self, config: EngineConfig | None = None, model: DecisionModel[RecordT] | None = None):
         """`model` None: `load()` loads the checkpoint `config` names (`ClefModel.from_config`)."""
         self.config = config or EngineConfig()
         self.model = model
@@ -70,33 +45,39 @@ class DecisionEngine:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._decode_pool: ThreadPoolExecutor | None = None
-        self._batcher = None
+        self._batcher: MicroBatcher[RecordT, Decision] | None = None
         self._heap = HeapTrimmer()
-        self._longs = PrefillBacklog()     # long prefills admitted and not yet ended
+        self._longs = LongPrefills()       # long prefills admitted and not yet ended
 
     # ----------------------------------------------------------------------------------------------- lifecycle
-    def load(self) -> DecisionEngine:
+    def load(self) -> DecisionEngine[RecordT]:
         """Load the model unless one was given, then warm up (blocking). Idempotent."""
         if self._warm:
             return self
         cfg = self.config
         if cfg.torch_threads > 0:     # CPU serving beside other processes: oversubscribed threads spin and stall
             torch.set_num_threads(cfg.torch_threads)
-        if self.model is None:
-            from omni.model.clef import ClefModel  # lazily: the engine itself never needs transformers
-
-            self.model = ClefModel.from_config(cfg)
-        self._run([self.model.prepare(WARMUP_REQUEST)])
+        model = self._model()
+        self._run([model.prepare(WARMUP_REQUEST)])
         self._warm = True
         return self
 
-    def start(self) -> DecisionEngine:
+    def _model(self) -> DecisionModel[RecordT]:
+        """The model, loaded from the config first when none was given."""
+        if self.model is None:
+            from omni.model.clef import ClefModel  # lazily: the engine itself never needs transformers
+
+            # no model given: the engine's records are ClefModel's (RecordT is then its default, PreparedInputs)
+            self.model = cast("DecisionModel[RecordT]", ClefModel.from_config(self.config))
+        return self.model
+
+    def start(self) -> DecisionEngine[RecordT]:
         """Load, then start the decode pool and the micro-batcher's model thread (the serving path)."""
         self.load()
         if self._batcher is None:
             cfg = self.config
             self._decode_pool = ThreadPoolExecutor(cfg.decode_threads, thread_name_prefix="omni-decode")
-            self._batcher = MicroBatcher(self._run, lambda record: record.num_tokens,
+            self._batcher = MicroBatcher(self._run, _tokens,
                                          max_batch_records=cfg.max_batch_records,
                                          max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
                                          max_queue=cfg.max_queue, name="omni-model", wait_only_while_expecting=True)
@@ -123,19 +104,23 @@ class DecisionEngine:
         return self._ready
 
     @property
-    def batcher(self):
+    def batcher(self) -> MicroBatcher[RecordT, Decision] | None:
+        """The micro-batcher while serving (tests and benchmarks watch it); None otherwise."""
         return self._batcher
 
-    def cache_stats(self) -> dict:
+    def batcher_stats(self) -> BatcherStats | None:
+        return self._batcher.stats() if self._batcher is not None else None
+
+    def cache_stats(self) -> dict[str, CacheStats]:
         """The model's caches' counters by name (media, prefix); empty before the model is in."""
         return self.model.cache_stats() if self.model is not None else {}
 
-    def long_prefills(self) -> dict:
+    def long_prefills(self) -> LongPrefillStats:
         """Long prefills admitted and not yet ended, and how many were refused for want of time (for metrics)."""
-        return {"in_flight": len(self._longs), "refused": self._longs.refused}
+        return self._longs.stats()
 
     @property
-    def info(self) -> dict:
+    def info(self) -> ModelCard:
         """What /v1/models shows: name, description, release date, context, limits. NotReady until a model is in."""
         if self.model is None:
             raise NotReady("the model is still loading")
@@ -155,41 +140,29 @@ class DecisionEngine:
                                       "video_bytes": media.max_video_bytes, "video_seconds": media.max_video_seconds}}}
 
     # ------------------------------------------------------------------------------------------------ deciding
-    def _run(self, records: list[PreparedInputs]) -> list[Decision | Requeue]:
+    def _run(self, records: list[RecordT]) -> list[Decision | Requeue]:
         """Model thread: one turn for the batch, then answers. A record whose long prefix is prefilled in chunks gets
         one chunk per turn and REQUEUE until its prefix is complete (other requests run in between). Errors here are
         ours, not the caller's."""
         started = time.perf_counter()
+        model = self._model()
         try:
-            pending = [self._chunk(record) for record in records]
+            pending = [self._longs.turn(model, record, record.timings_ms) for record in records]
             ready = [record for record, more in zip(records, pending) if not more]
-            probabilities = iter(self.model.probabilities(ready) if ready else [])
+            probabilities = iter(model.probabilities(ready) if ready else [])
         except OmniError:
             raise
         except Exception as exc:  # a bug or a device fault: fail this batch only, without internals on the wire
             log.exception("forward pass failed for a batch of %d", len(records))
             raise InferenceFailed("the model failed on this batch") from exc
         forward_ms = (time.perf_counter() - started) * 1e3
-        self._heap.after_batch(sum(stats.evictions for stats in self.model.cache_stats().values()),
+        self._heap.after_batch(sum(stats.evictions for stats in model.cache_stats().values()),
                                sum(record.num_tokens for record in records))
         return [REQUEUE if more else self._decision(record, next(probabilities), forward_ms, len(ready))
                 for record, more in zip(records, pending)]
 
-    def _chunk(self, record: PreparedInputs) -> bool:
-        """One chunk of the record's long prefill, if it needs one; whether it still has more to do."""
-        needs = getattr(self.model, "needs_chunks", None)
-        if needs is None or not needs(record):
-            return False
-        started = time.perf_counter()
-        left = self.model.prefill_tokens_left(record)
-        done = self.model.prefill_step(record)
-        timings = record.timings_ms
-        timings["prefill_chunks"] = timings.get("prefill_chunks", 0.0) + (time.perf_counter() - started) * 1e3
-        now_left = self.model.prefill_tokens_left(record)
-        self._longs.chunk_done(id(record), now_left, left - now_left)
-        return not done
-
-    def _decision(self, record: PreparedInputs, per_question: list, forward_ms: float, batch_size: int) -> Decision:
+    def _decision(self, record: RecordT, per_question: list[torch.Tensor], forward_ms: float,
+                  batch_size: int) -> Decision:
         answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
                                 confidence=self.config.confidence, decimals=self.config.probability_decimals)
         return Decision(model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
@@ -207,15 +180,16 @@ class DecisionEngine:
         """Synchronous: N requests in ONE forward (long ones after their chunks); equal to N `decide` calls (within
         float tolerance)."""
         self.load()
-        records = [self.model.prepare(r) for r in requests]
-        results: list = [REQUEUE] * len(records)
+        model = self._model()
+        records = [model.prepare(r) for r in requests]
+        results: list[Decision | Requeue] = [REQUEUE] * len(records)
         while any(result is REQUEUE for result in results):
             waiting = [i for i, result in enumerate(results) if result is REQUEUE]
             for i, result in zip(waiting, self._run([records[i] for i in waiting])):
                 results[i] = result
-        return results
+        return [result for result in results if isinstance(result, Decision)]
 
-    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future:
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future[Decision]:
         """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error."""
         if not self._ready or self._batcher is None:
             raise NotReady("the model is not loaded yet" if self._batcher is None else "the engine is stopping")
@@ -226,15 +200,16 @@ class DecisionEngine:
             self._in_flight += 1
         deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.config.request_timeout_s)
         submitted = time.perf_counter()
-        outcome: Future = Future()
+        outcome: Future[Decision] = Future()
         outcome.add_done_callback(self._release)
         if self._prepare_inline(request):     # a thread hop would cost more than the prompt encoding it moves
             self._decode_then_queue(request, deadline, submitted, outcome, False)
             return outcome
-        batcher = self._batcher
+        batcher, pool = self._batcher, self._decode_pool
+        assert pool is not None                # started together with the batcher
         batcher.expect()                       # a partial batch may wait for it while it is decoded
         try:
-            self._decode_pool.submit(self._decode_then_queue, request, deadline, submitted, outcome, True)
+            pool.submit(self._decode_then_queue, request, deadline, submitted, outcome, True)
         except RuntimeError as exc:            # pool shut down between the ready check and here
             batcher.unexpect()
             outcome.set_exception(NotReady("the engine is stopping"))
@@ -254,24 +229,25 @@ class DecisionEngine:
             budget -= sum(len(o.id) + text_chars(o.description, budget + 1) for o in question.options)
         return budget >= 0
 
-    def _release(self, _future: Future) -> None:
+    def _release(self, _future: Future[Decision]) -> None:
         with self._lock:
             self._in_flight -= 1
 
-    def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float, outcome: Future,
-                           expected: bool) -> None:
+    def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float,
+                           outcome: Future[Decision], expected: bool) -> None:
         """Prepare, then queue for the model. `expected`: the batcher was told this request is on its way."""
-        batcher = self._batcher
+        batcher, model = self._batcher, self._model()
+        assert batcher is not None                       # submit checked it
         announced = expected                             # an announcement this request must still settle
         try:
             if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
                 return
-            record = self.model.prepare(request)
+            record = model.prepare(request)
             if time.monotonic() > deadline:
                 raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
             record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
-            long = self._admit_long(record, deadline)
+            long = self._longs.admit(model, record, deadline)
             announced = False                            # submit settles it, even when it refuses the record
             try:
                 queued = batcher.submit(record, deadline, expected=expected)
@@ -286,7 +262,7 @@ class DecisionEngine:
                 batcher.unexpect()
         queued_at = time.perf_counter()
 
-        def transfer(done: Future) -> None:
+        def transfer(done: Future[Decision]) -> None:
             self._longs.finish(long)
             error = done.exception()
             if error is not None:
@@ -299,18 +275,13 @@ class DecisionEngine:
 
         queued.add_done_callback(transfer)
 
-    def _admit_long(self, record: PreparedInputs, deadline: float) -> int | None:
-        """A record with a long prefix to prefill is admitted only if the long work ahead of it and its own can
-        finish before its deadline (else Overloaded: 429, retry later). Returns its backlog key, None if not long."""
-        tokens_left = getattr(self.model, "prefill_tokens_left", None)
-        tokens = tokens_left(record) if tokens_left is not None else 0
-        if not tokens:
-            return None
-        self._longs.admit(id(record), tokens, deadline - time.monotonic())
-        return id(record)
+
+def _tokens(record: RecordT) -> int:
+    """What a record weighs in a batch: its tokens."""
+    return record.num_tokens
 
 
-def text_chars(value, limit: int) -> int:
+def text_chars(value: Any, limit: int) -> int:
     """Characters of text in a JSON-like value (strings, keys, scalars); stops counting once past `limit`."""
     if value is None:
         return 0

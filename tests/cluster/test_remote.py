@@ -123,10 +123,10 @@ def test_metrics_sum_the_replicas_and_gauges_forget_the_silent_ones():
     decide(engine), decide(engine)
     prefix = engine.cache_stats()["prefix"]
     assert (prefix.hits, prefix.misses, prefix.bytes, prefix.budget_bytes, prefix.entries) == (6, 4, 400, 2000, 2)
-    batcher = engine.batcher.stats()
+    batcher = engine.batcher_stats()
     assert (batcher.submitted, batcher.queue_depth, batcher.batch_sizes) == (6, 5, {1: 4, 4: 2})
     assert engine.long_prefills() == {"in_flight": 5, "refused": 2}
     engine._snapshots["r2"].at -= FRESH_S + 1          # r2 went silent (gone, or idle for a minute)
     prefix = engine.cache_stats()["prefix"]
     assert (prefix.hits, prefix.bytes, prefix.entries) == (6, 100, 1)     # counters stay, gauges forget it
-    assert engine.batcher.stats().queue_depth == 2 and engine.long_prefills() == {"in_flight": 2, "refused": 2}
+    assert engine.batcher_stats().queue_depth == 2 and engine.long_prefills() == {"in_flight": 2, "refused": 2}

@@ -1,5 +1,8 @@
 """FakeModel: a small model behind the REAL DecisionEngine for API and serving tests (no weights, no transformers).
 
+It satisfies the `DecisionModel` surface (omni/model/surface.py; tests/unit/test_surfaces.py checks it): nothing is
+ever chunked, its media "encoding" is the checks alone and it keeps no cache.
+
 Media are checked by the real limits and format sniffing; a body ending in b"CORRUPT" does not decode. Answers are
 uniform. Knobs by state text: "__boom__" fails its whole batch in the forward, "__bug__" raises a plain RuntimeError
 while preparing (an engine-side bug), "__slow_decode__" blocks while preparing until `release` is set.
@@ -8,6 +11,7 @@ while preparing (an engine-side bug), "__slow_decode__" blocks while preparing u
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +19,12 @@ import torch
 
 from omni.contract.config import EngineConfig
 from omni.contract.types import DecisionRequest
+from omni.model.cache import CacheStats
+from omni.model.calibration import Calibration
 from omni.model.checkpoint import CheckpointSource
+from omni.model.media import NO_MEDIA, RequestMedia
 from preprocess.errors import CorruptMedia
+from preprocess.item import MediaItem
 from preprocess.media import check_request
 from preprocess.sniff import sniff_for_slot
 
@@ -45,29 +53,41 @@ class FakeModel:
                  forward_gate: threading.Event | None = None):
         self.config = config or EngineConfig()
         self.source = CheckpointSource(Path("fake"), self.config.model_path is None, "2026-10-09")
+        self.calibration: Calibration | None = None
         self.load_gate, self.forward_gate = load_gate, forward_gate
         self.release = threading.Event()
         self.seen: list[DecisionRequest] = []       # every request prepared after the warm-up
         self.forwards_started = 0                    # forward calls entered after the warm-up (gated or not)
         self._warm = False
 
-    def prepare(self, request: DecisionRequest) -> FakeRecord:
+    def encode_media(self, items: tuple[MediaItem, ...]) -> RequestMedia:
+        """The real limits and sniffing; a body ending in b"CORRUPT" does not decode. Nothing is encoded."""
+        check_request(items, self.config.media)
+        for item in items:
+            sniff_for_slot(item)
+            if item.data.endswith(b"CORRUPT"):
+                raise CorruptMedia(item, f"cannot decode this {item.kind}")
+        return RequestMedia(NO_MEDIA, items=len(items))
+
+    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None) -> FakeRecord:
         if request.state == "__bug__":
             raise RuntimeError("secret internal detail /srv/model.py line 42")
         if request.state == "__slow_decode__":
             self.release.wait(30)
         if self._warm:
             self.seen.append(request)
-        check_request(request.media, self.config.media)
+        if media is None:
+            self.encode_media(request.media)
         tokens = {"text": 10 + 5 * len(request.questions)}
         for item in request.media:
-            sniff_for_slot(item)
-            if item.data.endswith(b"CORRUPT"):
-                raise CorruptMedia(item, f"cannot decode this {item.kind}")
             tokens[item.kind] = tokens.get(item.kind, 0) + TOKENS[item.kind]
         return FakeRecord(request, sum(tokens.values()), tokens)
 
-    def probabilities(self, records: list[FakeRecord]) -> list[list[torch.Tensor]]:
+    def logits(self, records: Sequence[FakeRecord]) -> list[list[torch.Tensor]]:
+        """Uniform answers: equal logits."""
+        return [[torch.zeros(len(q.options)) for q in r.request.questions] for r in records]
+
+    def probabilities(self, records: Sequence[FakeRecord]) -> list[list[torch.Tensor]]:
         gate = self.forward_gate if self._warm else self.load_gate
         self.forwards_started += self._warm
         if gate is not None:
@@ -77,5 +97,17 @@ class FakeModel:
             raise RuntimeError("device fault in the fake forward")
         return [[torch.full((len(q.options),), 1.0 / len(q.options)) for q in r.request.questions] for r in records]
 
-    def cache_stats(self) -> dict:
+    def needs_chunks(self, record: FakeRecord) -> bool:
+        return False
+
+    def prefill_tokens_left(self, record: FakeRecord) -> int:
+        return 0
+
+    def prefill_step(self, record: FakeRecord) -> bool:
+        return True
+
+    def cache_stats(self) -> dict[str, CacheStats]:
         return {}
+
+    def forget_prefixes(self) -> None:
+        pass

@@ -83,9 +83,9 @@ def test_a_long_request_that_cannot_finish_behind_the_long_work_ahead_is_refused
         while on.batcher.stats().requeued < 3 and time.monotonic() < deadline:
             time.sleep(0.005)                                   # a few chunks ran: the rate is measured
         body = {"state": LONG_STATE, "questions": QUESTIONS}
-        own_s = on._longs.seconds_per_token() * on.model.prepare(parse_request(body, on.config)).prefix_len
+        own_s = on._longs.backlog.seconds_per_token() * on.model.prepare(parse_request(body, on.config)).prefix_len
         behind = on.submit(parse_request({**body, "state": LONG_STATE + " (2)"}, on.config), deadline_s=600)
-        while len(on._longs) < 2 and time.monotonic() < deadline:
+        while on.long_prefills()["in_flight"] < 2 and time.monotonic() < deadline:
             time.sleep(0.005)                                   # admitted behind the first: it has the time
         assert not first.done()
         queued_before = on.batcher.stats().submitted
@@ -93,8 +93,8 @@ def test_a_long_request_that_cannot_finish_behind_the_long_work_ahead_is_refused
         with pytest.raises(Overloaded) as refused:              # its own time fits, the work ahead does not
             hopeless.result(60)
         assert on.batcher.stats().submitted == queued_before    # refused before the queue: no chunk of it ran
-        assert refused.value.retry_after_s >= 1.0 and on._longs.refused == 1
+        assert refused.value.retry_after_s >= 1.0 and on.long_prefills()["refused"] == 1
         assert set(first.result(300).answers) == set(QUESTIONS) and set(behind.result(300).answers) == set(QUESTIONS)
-        assert len(on._longs) == 0                              # answered requests leave the backlog
+        assert on.long_prefills()["in_flight"] == 0             # answered requests leave the backlog
     finally:
         on.stop()
