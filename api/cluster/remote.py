@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,15 +116,17 @@ class RemoteEngine:
         return asyncio.ensure_future(self._call(request, deadline_s))
 
     def decide(self, request: DecisionRequest) -> Decision:
-        """Synchronous (never on an event loop's thread): one request on the replica its affinity key picks."""
+        """Synchronous: one request on the replica its affinity key picks."""
         return self.decide_batch([request])[0]
 
     def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
-        """Synchronous (never on an event loop's thread): every request sent at once, each routed by its own
-        affinity key (so each may land on another replica), answered in order; the first error is raised."""
+        """Synchronous (blocks the calling thread): every request sent at once, each routed by its own affinity key
+        (so each may land on another replica), answered in order; the first error is raised. The calls run on an
+        event loop of their own, on a thread of their own, so a caller that runs a loop itself is no obstacle."""
         if not self._ready:
             raise NotReady("no engine replica has finished loading")
-        return asyncio.run(self._gather(requests))
+        with ThreadPoolExecutor(1, thread_name_prefix="omni-remote-batch") as pool:
+            return pool.submit(asyncio.run, self._gather(requests)).result()
 
     async def _gather(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
         return list(await asyncio.gather(*(self._call(request, None) for request in requests)))

@@ -19,6 +19,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.http import schemas
@@ -163,7 +164,8 @@ class RequestContext:
             code, body, headers = error_payload(exc, request_id, _envelope(scope))
             await JSONResponse(body, status_code=code, headers=headers)(scope, receive, send_with_id)
         finally:
-            self.metrics.observe_request(getattr(scope.get("route"), "path", "unmatched"), status["code"],
+            route = scope.get("route")
+            self.metrics.observe_request(route.path if isinstance(route, Route) else "unmatched", status["code"],
                                          time.monotonic() - state["started_at"])
 
 

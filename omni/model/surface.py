@@ -14,7 +14,7 @@ training loops or the environment.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from typing_extensions import TypeVar
@@ -29,6 +29,7 @@ from omni.model.media import RequestMedia
 from preprocess.item import MediaItem
 
 
+@runtime_checkable
 class PreparedInputs(Protocol):
     """What the engine reads of a prepared record (`omni.model.inputs.PreparedRecord` for ClefModel)."""
 
@@ -58,6 +59,7 @@ class PreparedInputs(Protocol):
 RecordT = TypeVar("RecordT", bound=PreparedInputs, default=PreparedInputs)
 
 
+@runtime_checkable
 class DecisionModel(Protocol[RecordT]):
     """Everything the engine and evaluation call on a model. `prepare` / `encode_media` run off the model thread and
     are thread-safe; `logits`, `probabilities` and the chunk hooks run on the one thread that owns the model."""
@@ -104,6 +106,7 @@ class DecisionModel(Protocol[RecordT]):
         ...
 
 
+@runtime_checkable
 class TrainableModel(DecisionModel[RecordT], Protocol[RecordT]):
     """A DecisionModel with the weights fine-tuning trains: the thinker (whole, or through LoRA adapters) and the
     joint-schema head. A model without weights (the test fake) cannot be trained, so this is a surface of its own."""

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from omni.contract.batch_file import read_batch_output
 from omni.contract.errors import NotReady, Overloaded
 from omni.contract.types import DecisionRequest
+from omni.serve.engine import DecisionEngine
 
 __all__ = ["BackendUnavailable", "BacklogSummary", "EngineBackend", "LineFailed", "OutputWriter", "answered_lines",
            "input_reference", "pending_lines", "read_batch_output", "run_backlog"]
@@ -69,7 +70,7 @@ class EngineBackend:
     """In-process: `parse(text) -> DecisionRequest`, then the engine's serving path (admission, decode pool,
     micro-batcher). A full queue (Overloaded) or a stopping engine is retried `retries` times after its wait."""
 
-    def __init__(self, engine: Any, parse: Callable[[bytes], DecisionRequest], deadline_s: float | None = None,
+    def __init__(self, engine: DecisionEngine, parse: Callable[[bytes], DecisionRequest], deadline_s: float | None = None,
                  retries: int = 5, max_wait_s: float = 30.0, sleep: Callable[[float], None] = time.sleep):
         self.engine, self.parse, self.deadline_s = engine, parse, deadline_s
         self.retries, self.max_wait_s, self.sleep = retries, max_wait_s, sleep
@@ -82,7 +83,8 @@ class EngineBackend:
             except (Overloaded, NotReady) as exc:
                 if attempt == self.retries:
                     raise
-                self.sleep(min(self.max_wait_s, float(getattr(exc, "retry_after_s", 1.0))))
+                wait_s = exc.retry_after_s if isinstance(exc, Overloaded) else 1.0   # NotReady says no time
+                self.sleep(min(self.max_wait_s, wait_s))
         raise AssertionError("unreachable")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Protocol, TypedDict
+from typing import Protocol, TypedDict, runtime_checkable
 
 from typing_extensions import Self
 
@@ -61,6 +61,7 @@ class LongPrefillStats(TypedDict):
     refused: int            # refused for want of time (429) since start
 
 
+@runtime_checkable
 class ServingEngine(Protocol):
     @property
     def loaded(self) -> bool:
@@ -96,7 +97,7 @@ class ServingEngine(Protocol):
         ...
 
     def decide(self, request: DecisionRequest) -> Decision:
-        """Synchronous: one request (never on an event loop's thread)."""
+        """Synchronous: one request (it blocks the calling thread: not for an event loop's)."""
         ...
 
     def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
