@@ -17,10 +17,15 @@ Both sides run the same checkpoint with the same torch threads (`--torch-threads
 batching defaults. The model loads are outside the clocks. Prints JSON lines per round and a summary with the
 throughput ratios in_process / batch_url and in_process / server_load (the goal: >= 0.8), per round and over all
 rounds. Not a test: nothing is asserted; figures depend on the machine.
-What it must not know: engine internals (it uses the CLI's own backends, `run_backlog` and HTTP).
+What it must not know: engine internals (it uses the CLI's public backends, `run_backlog`, the server's error table
+`error_payload` and HTTP).
 
     .venv/bin/python benchmarks/batch.py [--rounds 4] [--lines 120] [--mix text,image,audio] [--clients 16]
-                                         [--model DIR] [--torch-threads 1] [--concurrency N]
+                                         [--model DIR] [--torch-threads 1] [--concurrency N] [--warm-lines 24]
+                                         [--smoke]
+
+`--smoke`: the same code path at tiny sizes (one round of 6 lines, 3 warm-up lines per way, 2 clients), to check that
+it runs; its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -37,13 +42,15 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-from serving import start_server, stop_server
+from serving import launch_server, stop_server, wait_ready
 
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
              "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
 MIMES = {"png": "image/png", "wav": "audio/wav"}
 WAYS = ("in_process", "batch_url", "server_load")
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"rounds": 1, "lines": 6, "clients": 2, "warm_lines": 3}
 
 
 def write_backlog(folder: Path, tag: int, lines: int, mix: list[str]) -> tuple[Path, list[dict]]:
@@ -99,9 +106,17 @@ async def post_all(url: str, bodies: list[dict], clients: int) -> tuple[Counter,
         return statuses, time.perf_counter() - started
 
 
+def describe(exc: BaseException, request_id: str) -> tuple[int, dict]:
+    """(exception, request id) -> (status, body) by the server's one error table, as `omni batch` writes them."""
+    from api.http.errors import error_payload
+
+    status, body, _headers = error_payload(exc, request_id)
+    return status, body
+
+
 def run_way(way: str, engine, url: str, backlog: Path, inline: list[dict], args: argparse.Namespace) -> dict:
     """One way over one backlog -> {lines, wall_s, rps, outcome counts}."""
-    from api.cli.batch import _describe, engine_backend
+    from api.cli.batch import engine_backend
     from api.cli.remote import RemoteBackend
     from omni.serve.backlog import read_batch_output, run_backlog
 
@@ -117,7 +132,7 @@ def run_way(way: str, engine, url: str, backlog: Path, inline: list[dict], args:
             backend = RemoteBackend(url, backlog.parent, concurrency=concurrency)
             close = backend.close
         try:
-            wall = run_backlog(backlog, out, backend, _describe(), concurrency, progress=False).wall_s
+            wall = run_backlog(backlog, out, backend, describe, concurrency, progress=False).wall_s
         finally:
             close()
         outcome = dict(Counter("answered" if "response" in r else f"error {r['error']['status']}"
@@ -125,7 +140,8 @@ def run_way(way: str, engine, url: str, backlog: Path, inline: list[dict], args:
     return {"lines": len(inline), "wall_s": round(wall, 3), "rps": round(len(inline) / wall, 2), "outcome": outcome}
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; with --smoke the SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description="omni batch in-process vs omni serve under load, one run")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--lines", type=int, default=120, help="backlog lines per round")
@@ -135,7 +151,12 @@ def parse_args() -> argparse.Namespace:
                         help="omni batch lines in flight (default 2 x max_batch_records, both batch ways)")
     parser.add_argument("--model", default=None, help="default: the embedded tiny checkpoint")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of both engines")
-    return parser.parse_args()
+    parser.add_argument("--warm-lines", type=int, default=24, help="warm-up lines per way (not counted)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    return parser.parse_args(argv)
 
 
 def summarize(rounds: list[dict[str, dict]]) -> dict:
@@ -150,8 +171,8 @@ def summarize(rounds: list[dict[str, dict]]) -> dict:
     return out
 
 
-def main() -> int:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     from api.cli.batch import start_engine
     from omni.contract.config import EngineConfig
 
@@ -159,15 +180,17 @@ def main() -> int:
     print(json.dumps({"env": {"python": platform.python_version(), "cpus": os.cpu_count(), "mix": mix,
                               "lines_per_round": args.lines, "rounds": args.rounds, "clients": args.clients,
                               "model": args.model or "tiny default", "torch_threads": args.torch_threads,
-                              "loadavg_1m": round(os.getloadavg()[0], 2)}}))
+                              "loadavg_1m": round(os.getloadavg()[0], 2), "smoke": args.smoke}}))
     work = Path(tempfile.mkdtemp(prefix="omni-batch-bench-"))
     model_args = (["--model", args.model] if args.model else []) + ["--torch-threads", str(args.torch_threads)]
-    proc, url = start_server(model_args, work / "serve.log")
-    engine = start_engine(EngineConfig(model_path=args.model, torch_threads=args.torch_threads))
+    proc, url = launch_server(model_args, work / "serve.log")     # it loads while the engine here loads
+    engine = None
     rounds, failed = [], False
     try:
+        engine = start_engine(EngineConfig(model_path=args.model, torch_threads=args.torch_threads))
+        wait_ready(proc, url, work / "serve.log")
         for i, way in enumerate(WAYS):     # not counted: first calls, lazy imports
-            warm, warm_inline = write_backlog(work / f"warm-up-{way}", -1 - i, 24, mix)
+            warm, warm_inline = write_backlog(work / f"warm-up-{way}", -1 - i, args.warm_lines, mix)
             run_way(way, engine, url, warm, warm_inline, args)
         for n in range(args.rounds):
             order = WAYS[n % len(WAYS):] + WAYS[:n % len(WAYS)]
@@ -180,8 +203,10 @@ def main() -> int:
             rounds.append(result)
             print(json.dumps({"round": n, "order": list(order), **result}))
     finally:
-        engine.stop()
-        stop_server(proc)
+        if engine is not None:
+            engine.stop()
+        if proc.poll() is None:
+            stop_server(proc)
     print(json.dumps({"summary": summarize(rounds)}))
     if failed:
         print(json.dumps({"failures": "see the outcomes above", "work": str(work)}))

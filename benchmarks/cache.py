@@ -17,9 +17,14 @@ processes on a shared machine hits both alike; the headline is the median round)
    budgets and stop growing once the caches are full.
 
 Prints JSON lines and a summary. Not a test: nothing is asserted; figures depend on the machine.
-What it must not know: engine internals (it uses `DecisionEngine.decide`, HTTP, and the caches' public counters).
+What it must not know: engine internals (it uses `DecisionEngine.decide`, the model's `forget_prefixes`, HTTP, and
+the caches' public counters).
 
-    .venv/bin/python benchmarks/cache.py [--rounds 5] [--threads 1] [--requests 1000] [--budget-mb 32]
+    .venv/bin/python benchmarks/cache.py [--rounds 5] [--threads 1] [--requests 1000] [--budget-mb 32] [--smoke]
+
+Sizes can be scaled down (`--long-clip-s`, `--short-clip-s`, `--clip-size`, `--isolated-questions`,
+`--sample-every`); `--smoke` does so (1-2 s clips at 320x240, 4 isolated questions, 20 requests per server, one
+round) to check that the same code path runs; its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -36,12 +41,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from serving import start_server, stop_server
+from serving import start_servers, stop_server
 
 from fixtures.media import image_bytes, video_bytes
 from omni.contract.config import EngineConfig
 from omni.contract.request import parse_request
 from omni.serve.engine import DecisionEngine
+
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"rounds": 1, "isolated_rounds": 1, "requests": 20, "budget_mb": 1.0, "long_clip_s": 2.0, "short_clip_s": 1.0,
+         "clip_size": "320x240", "isolated_questions": 4, "sample_every": 10}
 
 
 def data_url(mime: str, data: bytes) -> str:
@@ -86,18 +95,18 @@ def repeat_media(on: DecisionEngine, off: DecisionEngine, media: dict, rounds: i
                 ratio_median=_ratio(cold, warm))
 
 
-def isolated_64(on: DecisionEngine, off: DecisionEngine, media: dict, rounds: int) -> dict:
+def isolated_64(on: DecisionEngine, off: DecisionEngine, media: dict, rounds: int, n_questions: int = 64) -> dict:
     """Case 2: 64 questions in one isolated call vs 64 one-question calls (cold), and vs 64 calls with caches on."""
     singles_cold, singles_warm, isolated = [], [], []
     for r in range(rounds):
         state = f"Bench test {r}: the fan and the nameplate of unit 9."
-        qs = questions(f"q{r}", 64)
+        qs = questions(f"q{r}", n_questions)
         on.model.forget_prefixes()                                          # the isolated call computes its prefix
         isolated.append(timed(on, body(media, state, qs, x_isolation="isolated"))[0])
         on.model.forget_prefixes()
         singles_cold.append(sum(timed(off, body(media, state, {k: v}))[0] for k, v in qs.items()))
         singles_warm.append(sum(timed(on, body(media, state, {k: v}))[0] for k, v in qs.items()))
-    return emit("isolated_64", isolated_s=_round(isolated), singles_cold_s=_round(singles_cold),
+    return emit("isolated_64", questions=n_questions, isolated_s=_round(isolated), singles_cold_s=_round(singles_cold),
                 singles_caches_on_s=_round(singles_warm), ratio_vs_cold_median=_ratio(singles_cold, isolated),
                 ratio_vs_caches_on_median=_ratio(singles_warm, isolated))
 
@@ -132,21 +141,26 @@ def distinct_images(n: int) -> list[bytes]:
     return out
 
 
-def memory(requests: int, budget_mb: float, threads: int) -> dict:
-    """Case 4: RSS of a caches-on and a caches-off server over `requests` requests with distinct images."""
+def memory(requests: int, budget_mb: float, threads: int, sample_every: int = 50) -> dict:
+    """Case 4: RSS of a caches-on and a caches-off server over `requests` requests with distinct images (both
+    servers started together; each driven alone while the other one idles)."""
     images = distinct_images(requests)
     budgets = ["--media-cache-mb", str(budget_mb), "--prefix-cache-mb", str(budget_mb)]
     modes = {"caches_on": budgets, "caches_off": ["--media-cache-mb", "0", "--prefix-cache-mb", "0"]}
     samples: dict[str, list[int]] = {}
     stats: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, flags in modes.items():
-            proc, url = start_server([*flags, "--torch-threads", str(threads)], Path(tmp) / f"{mode}.log")
-            try:
-                samples[mode] = _drive(proc.pid, url, images)
+        servers = start_servers({mode: ([*flags, "--torch-threads", str(threads)], Path(tmp) / f"{mode}.log")
+                                 for mode, flags in modes.items()})
+        try:
+            for mode, (proc, url) in servers.items():
+                samples[mode] = _drive(proc.pid, url, images, sample_every)
                 stats[mode] = _cache_lines(url)
-            finally:
                 stop_server(proc)
+        finally:
+            for proc, _ in servers.values():
+                if proc.poll() is None:
+                    stop_server(proc)
     on, off = samples["caches_on"], samples["caches_off"]
     half = len(on) // 2
     return emit("memory", requests=requests, budget_mb_each=budget_mb, rss_mib_on=[k // 1024 for k in on],
@@ -155,9 +169,9 @@ def memory(requests: int, budget_mb: float, threads: int) -> dict:
                 cache_metrics_on=stats["caches_on"])
 
 
-def _drive(pid: int, url: str, images: list[bytes]) -> list[int]:
-    """One request per image (sequential, http.client); RSS in KiB after every 50, sampled after a 0.2 s pause (the
-    server settles: its heap trimmer runs after evictions, off the model thread)."""
+def _drive(pid: int, url: str, images: list[bytes], sample_every: int = 50) -> list[int]:
+    """One request per image (sequential, http.client); RSS in KiB after every `sample_every`, sampled after a 0.2 s
+    pause (the server settles: its heap trimmer runs after evictions, off the model thread)."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     samples = [rss_kib(pid)]
@@ -169,7 +183,7 @@ def _drive(pid: int, url: str, images: list[bytes]) -> list[int]:
         response.read()
         if response.status != 200:
             raise SystemExit(f"request {i}: HTTP {response.status}")
-        if (i + 1) % 50 == 0:
+        if (i + 1) % sample_every == 0:
             time.sleep(0.2)
             samples.append(rss_kib(pid))
     connection.close()
@@ -192,16 +206,17 @@ def _ratio(slow: list[float], fast: list[float]) -> float:
     return round(statistics.median(slow) / statistics.median(fast), 2)
 
 
-def make_media() -> dict:
+def make_media(long_s: float = 21.0, short_s: float = 5.0, width: int = 1280, height: int = 720) -> dict:
     """The clips and photo of the cases, as data URLs (the 21 s 720p clip takes a few seconds to encode)."""
     photo = [data_url("image/jpeg", image_bytes("JPEG", "RGB", 1024, 768))]
-    long_clip = [data_url("video/mp4", video_bytes(seconds=21.0, width=1280, height=720, fps=25))]
-    short_clip = [data_url("video/mp4", video_bytes(seconds=5.0, width=1280, height=720, fps=25))]
+    long_clip = [data_url("video/mp4", video_bytes(seconds=long_s, width=width, height=height, fps=25))]
+    short_clip = [data_url("video/mp4", video_bytes(seconds=short_s, width=width, height=height, fps=25))]
     return {"long": {"images": photo, "videos": long_clip}, "short": {"images": photo, "videos": short_clip},
             "photo": {"images": photo}}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; with --smoke the SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--isolated-rounds", type=int, default=2, help="rounds of case 2 (each is 64+64+1 calls)")
@@ -209,16 +224,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1000, help="requests per server in case 4")
     parser.add_argument("--budget-mb", type=float, default=32.0, help="each cache's budget in case 4")
     parser.add_argument("--skip-memory", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--long-clip-s", type=float, default=21.0, help="case 1's clip")
+    parser.add_argument("--short-clip-s", type=float, default=5.0, help="case 2's clip")
+    parser.add_argument("--clip-size", default="1280x720", help="both clips' WIDTHxHEIGHT")
+    parser.add_argument("--isolated-questions", type=int, default=64, help="case 2's questions")
+    parser.add_argument("--sample-every", type=int, default=50, help="case 4: RSS sampled after every N requests")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    media = make_media()
+    emit("env", threads=args.threads, rounds=args.rounds, smoke=args.smoke)
+    width, height = (int(x) for x in args.clip_size.split("x"))
+    media = make_media(args.long_clip_s, args.short_clip_s, width, height)
     on = DecisionEngine(EngineConfig()).load()
     off = DecisionEngine(EngineConfig(media_cache_mb=0, prefix_cache_mb=0)).load()
     results = [repeat_media(on, off, media["long"], args.rounds),
-               isolated_64(on, off, media["short"], args.isolated_rounds),
+               isolated_64(on, off, media["short"], args.isolated_rounds, args.isolated_questions),
                same_photo(on, off, media["photo"], args.rounds)]
     if not args.skip_memory:
-        results.append(memory(args.requests, args.budget_mb, args.threads))
+        results.append(memory(args.requests, args.budget_mb, args.threads, args.sample_every))
     emit("summary", **{r["event"]: {k: v for k, v in r.items() if "ratio" in k or "mib" in k and "rss" not in k}
                        for r in results})
     return 0

@@ -18,7 +18,10 @@ What it must not know: engine internals (it talks HTTP and the public `decide`),
 
     .venv/bin/python benchmarks/load.py [--requests 400] [--concurrency 16] [--mix text,image,audio]
                                         [--model DIR|HUB_ID] [--overhead-requests 200] [--round-requests 100]
-                                        [--sim-batch-ms 8] [--sim-record-ms 0.5]
+                                        [--sim-batch-ms 8] [--sim-record-ms 0.5] [--smoke]
+
+About 40 s here. `--smoke`: the same code path at tiny sizes (24 requests, 4 in flight, 10 overhead rounds), to
+check that it runs; its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -36,13 +39,15 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-from serving import start_server, stop_server
+from serving import start_servers, stop_server
 
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
              "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
 MODES = {"batching_on": [], "batching_off": ["--no-batching"]}
 SMALL = {"state": "Short ticket.", "questions": {"ok": {"type": "noul", "instructions": "Fine?"}}}
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"requests": 24, "concurrency": 4, "overhead_requests": 10, "round_requests": 12}
 
 
 def request_bodies(mix: list[str], n: int) -> list[dict]:
@@ -204,8 +209,8 @@ def simulated_batcher(requests: int, concurrency: int, batch_ms: float, record_m
     return {"device_ms": f"{batch_ms} + {record_ms} per record", **out}
 
 
-def parse_args() -> argparse.Namespace:
-    """The command line."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; with --smoke the SMOKE sizes are the defaults."""
     parser = argparse.ArgumentParser(description="loopback load against omni serve: batching on/off, HTTP overhead")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=16)
@@ -217,7 +222,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sim-record-ms", type=float, default=0.5)
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads per server (two servers + the client share this machine)")
-    return parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    return parser.parse_args(argv)
 
 
 def run_rounds(urls: dict[str, str], bodies: list[dict], concurrency: int,
@@ -242,7 +251,7 @@ def run_rounds(urls: dict[str, str], bodies: list[dict], concurrency: int,
 def measure_servers(args: argparse.Namespace, bodies: list[dict], logs: Path) -> tuple[dict[str, dict], dict]:
     """Start both servers, run the load rounds and the small-request overhead, stop them -> (per mode, overhead)."""
     model_args = (["--model", args.model] if args.model else []) + ["--torch-threads", str(args.torch_threads)]
-    servers = {mode: start_server(model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()}
+    servers = start_servers({mode: (model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()})
     urls = {mode: url for mode, (_, url) in servers.items()}
     try:
         data = run_rounds(urls, bodies, args.concurrency, args.round_requests)
@@ -265,13 +274,14 @@ def summary(results: dict[str, dict], over: dict, simulated: dict) -> dict:
             "loadavg_1m_after": round(os.getloadavg()[0], 2)}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the load, the overhead and the simulated batcher; print their JSON lines; 1 if any request failed."""
-    args = parse_args()
+    args = parse_args(argv)
     mix = [m.strip() for m in args.mix.split(",") if m.strip()]
     bodies = request_bodies(mix, args.requests)
     env = {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine(),
-           "mix": mix, "model": args.model or "tiny default", "loadavg_1m": round(os.getloadavg()[0], 2)}
+           "mix": mix, "model": args.model or "tiny default", "loadavg_1m": round(os.getloadavg()[0], 2),
+           "smoke": args.smoke}
     print(json.dumps({"env": env}))
     logs = Path(tempfile.mkdtemp(prefix="omni-load-"))
     results, over = measure_servers(args, bodies, logs)

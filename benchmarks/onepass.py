@@ -11,22 +11,32 @@ random Qwen3-Omni MoE checkpoint written by `omni.model.tiny.write_checkpoint` i
                 tokens as the JSON answer object needs (counted with the checkpoint's tokenizer, plus <|im_end|>).
                 The random model neither writes valid JSON nor stops, so the token count is fixed in advance.
 
-and prints JSON lines, a stage breakdown (prompt encoding, backbone, head, answers; prefill vs decode for (c)), a
+and prints JSON lines, a stage breakdown (prompt encoding, backbone, head, the rest; prefill vs decode for (c)), a
 multiply-accumulate model of the same three workloads, and a table of the ratios (b)/(a) and (c)/(a), all measured in
 the same run. Rounds interleave (a, b, c, a, b, c, ...) so load from other processes on a shared CPU hits all three
 alike; the headline is the best round (noise only ever adds time), the median is printed beside it.
 
+The engine runs with its media and prefix caches off: every `decide` prefills its whole prompt, which is what (b)
+stands for (with the prefix cache on, (b)'s passes would share the state's prefix and (a)'s repeated rounds would hit
+it; benchmarks/cache.py measures that).
+
 What it must not know: the answers' meaning (the weights are random, so only time is measured, never quality), the
-serving path (HTTP, admission, micro-batcher) and any real checkpoint. (a) and (b) go only through the public
-`DecisionEngine.decide`; only (c), the stage breakdown and the bookkeeping outside the timing (token counts through
-`engine.model.prepare`, the loaded checkpoint's shapes) reach into `engine.model` for pieces the engine has no public
-door to (the thinker with a cache, the lexical table, the head alone). The workload and the MAC model live in
-`onepass_workload.py`, the JSON lines and tables in `onepass_report.py` (both beside this script).
+serving path (HTTP, admission, micro-batcher), any real checkpoint, and the model's internals. (a) and (b) go only
+through the public `DecisionEngine.decide`; their stages come from what the engine reports (`Decision.timings_ms`:
+decode, encode, forward) plus the time the thinker's transformer spends inside that forward, read by torch forward
+hooks on `engine.model.backbone.thinker.model` (transformers' module, which every prefill goes through): head =
+forward - backbone. Token counts come from `engine.model.prepare(request).num_tokens`. (c) runs transformers' own
+API on `backbone.thinker.model` with a `DynamicCache` and `backbone.lexical_table`; its prompt is built by
+`omni.model.prompt.PromptEncoder` with the checkpoint's tokenizer (loaded here with `AutoTokenizer`), checked to have
+as many tokens as the engine's prompt. The workload and the MAC model live in `onepass_workload.py`, the JSON lines
+and tables in `onepass_report.py` (both beside this script).
 
     .venv/bin/python benchmarks/onepass.py [--counts 1,8,64] [--repeats 3] [--max-rounds 15] [--budget-s 10]
-                                           [--threads 1] [--state-tokens 500] [--no-torch-profile]
+                                           [--threads 1] [--state-tokens 500] [--no-torch-profile] [--smoke]
 
 About 3-5 minutes on a shared 2-core CPU, most of it the 64-question rounds (mostly (c)'s 1,167 decode steps).
+`--smoke`: the same code path at tiny sizes (1 and 2 questions, a ~60-token state, 3 rounds, no waiting for quiet),
+a few seconds after the imports; its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,13 +55,57 @@ from onepass_report import emit, machine, print_tables, result_row
 from onepass_workload import AREAS, HEAD, JSON_INSTRUCTION, TEXT, build_state, json_answer, moderation_body, state_sweep
 from tqdm import tqdm
 
-from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
 from omni.contract.request import parse_request
 from omni.contract.types import DecisionRequest
-from omni.model.head import option_probabilities
+from omni.model.prompt import PromptEncoder
 from omni.model.tiny import write_checkpoint
 from omni.serve.engine import DecisionEngine
+
+MAX_CONTEXT_TOKENS = 64_000
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"counts": "1,2", "repeats": 3, "max_rounds": 3, "budget_s": 0.0, "state_tokens": 60, "quiet_wait_s": 0.0,
+         "quiet_budget_s": 0.0}
+
+
+# ----------------------------------------------------------------------------------------- what the engine reports
+class BackboneClock:
+    """Milliseconds spent inside the thinker's transformer (`backbone.thinker.model`, transformers' module that every
+    prefill, chunk and continuation calls), read by torch forward hooks while `measuring()`; a pure observer."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.ms = 0.0
+        self.active = False
+        self.entered: float | None = None
+        module.register_forward_pre_hook(self.enter)
+        module.register_forward_hook(self.leave)
+
+    def enter(self, module, args) -> None:
+        if self.active:
+            self.entered = time.perf_counter()
+
+    def leave(self, module, args, output) -> None:
+        if self.active and self.entered is not None:
+            self.ms += (time.perf_counter() - self.entered) * 1e3
+            self.entered = None
+
+    @contextmanager
+    def measuring(self):
+        """Count from zero for the block's duration."""
+        self.ms, self.active = 0.0, True
+        try:
+            yield self
+        finally:
+            self.active = False
+
+
+def engine_split(total_ms: float, decisions, backbone_ms: float) -> dict[str, float]:
+    """A timed call's stages from the engine's own timings: encode (media + prompt), forward (the model's turn,
+    chunks included) = backbone (measured inside it) + head (collate, head, softmax), other (answers, the rest)."""
+    encode = sum(d.timings_ms.get("encode", 0.0) + d.timings_ms.get("decode", 0.0) for d in decisions)
+    forward = sum(d.timings_ms["forward"] + d.timings_ms.get("prefill_chunks", 0.0) for d in decisions)
+    return {"total": total_ms, "encode": encode, "forward": forward, "backbone": backbone_ms,
+            "head": forward - backbone_ms, "other": total_ms - encode - forward}
 
 
 # ------------------------------------------------------------------------------------------------- the three modes
@@ -71,21 +126,25 @@ def split(engine: DecisionEngine, singles: list[DecisionRequest], per_pass_ms: l
 
 
 class JsonGenerator:
-    """(c): prefill the JSON-instruction prompt with a KV cache, then greedy-decode `n_new` tokens."""
+    """(c): prefill the JSON-instruction prompt with a KV cache, then greedy-decode `n_new` tokens.
 
-    def __init__(self, engine: DecisionEngine):
+    Transformers' own API on the loaded thinker (`backbone.thinker.model`: embeddings, decoder, final norm) with a
+    `DynamicCache` and explicit 3-D positions; logits of the last position only, from `backbone.lexical_table` (the
+    thinker's untied lm_head weight, which the engine never applies).
+    """
+
+    def __init__(self, engine: DecisionEngine, encoder: PromptEncoder):
         from transformers.cache_utils import DynamicCache
 
         self.cache_class = DynamicCache
-        self.encoder = engine.model.prompt_encoder
-        self.tokenizer = engine.model.parts.tokenizer
+        self.encoder = encoder
         self.backbone = engine.model.backbone
-        self.text_model = self.backbone.thinker.model          # embeddings + decoder + final norm
-        self.lm_head = self.backbone.lexical_table             # [V, H]; thinker.lm_head is Identity in the engine
-        self.instruction_ids = self.tokenizer(JSON_INSTRUCTION, add_special_tokens=False)["input_ids"]
+        self.text_model = self.backbone.thinker.model
+        self.lm_head = self.backbone.lexical_table             # [V, H]
+        self.instruction_ids = encoder.tokenizer(JSON_INSTRUCTION, add_special_tokens=False)["input_ids"]
 
     def prompt_ids(self, request: DecisionRequest) -> list[int]:
-        """The engine's prompt for `request` with its answer suffix replaced by the JSON instruction."""
+        """The reference prompt for `request` with its answer suffix replaced by the JSON instruction."""
         ids = self.encoder.encode(request).input_ids
         suffix = list(self.encoder.suffix_ids)
         assert ids[-len(suffix):] == suffix, "the reference prompt no longer ends with its suffix"
@@ -113,32 +172,11 @@ class JsonGenerator:
                                   past_key_values=cache, use_cache=True)
             token = F.linear(out.last_hidden_state[:, -1], self.lm_head).argmax(-1)
             generated.append(int(token))
-        text = self.tokenizer.decode(generated)
+        text = self.encoder.tokenizer.decode(generated)
         t3 = time.perf_counter()
         assert cache.get_seq_length() == length + n_new - 1
         return {"prompt_tokens": length, "new_tokens": len(generated), "token_ids": generated, "text": text,
                 "encode_ms": (t1 - t0) * 1e3, "prefill_ms": (t2 - t1) * 1e3, "decode_ms": (t3 - t2) * 1e3}
-
-
-# ------------------------------------------------------------------------------------------------ stage breakdown
-@torch.inference_mode()
-def staged_decide(engine: DecisionEngine, request: DecisionRequest) -> dict[str, float]:
-    """`engine.decide` cut into its stages (same calls as DecisionEngine._run / ClefModel.logits), in ms."""
-    model = engine.model
-    t0 = time.perf_counter()
-    record = engine.model.prepare(request)
-    t1 = time.perf_counter()
-    batch = model.backbone.collate([(record.input_ids, record.position_ids, record.media.tensors)])
-    hidden = model.backbone.hidden_states(batch)
-    t2 = time.perf_counter()
-    logits = model.head(hidden[0], record.input_ids, model.backbone.lexical_table, record.prompt.spans)
-    t3 = time.perf_counter()
-    probabilities = option_probabilities(logits)
-    build_answers(request.questions, [p.tolist() for p in probabilities], confidence=engine.config.confidence,
-                  decimals=engine.config.probability_decimals)
-    t4 = time.perf_counter()
-    return {"prepare": (t1 - t0) * 1e3, "backbone": (t2 - t1) * 1e3, "head": (t3 - t2) * 1e3,
-            "answers": (t4 - t3) * 1e3, "tokens": record.num_tokens}
 
 
 def torch_profile(engine: DecisionEngine, request: DecisionRequest, top: int = 8) -> list[dict]:
@@ -157,13 +195,6 @@ def timed(fn, *args):
     started = time.perf_counter()
     result = fn(*args)
     return (time.perf_counter() - started) * 1e3, result
-
-
-def engine_split(total_ms: float, decisions) -> dict[str, float]:
-    """The engine's own timings of a timed call: encode (media + prompt), forward (backbone + head), other."""
-    encode = sum(d.timings_ms.get("encode", 0.0) + d.timings_ms.get("decode", 0.0) for d in decisions)
-    forward = sum(d.timings_ms["forward"] for d in decisions)
-    return {"total": total_ms, "encode": encode, "forward": forward, "other": total_ms - encode - forward}
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -204,8 +235,9 @@ class QuietWait:
 
 
 # ------------------------------------------------------------------------------------------------------- setup
-def parse_args() -> tuple[argparse.Namespace, list[int]]:
-    """The command line -> (flags, question counts); exits with a usage error on bad values."""
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[int]]:
+    """The command line -> (flags, question counts); exits with a usage error on bad values. With --smoke the
+    SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="1,8,64", help="question counts, comma-separated")
     parser.add_argument("--repeats", type=int, default=3,
@@ -214,7 +246,6 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
     parser.add_argument("--budget-s", type=float, default=10.0,
                         help="keep adding rounds (up to --max-rounds) while a count has run for less than this")
     parser.add_argument("--state-tokens", type=int, default=500)
-    parser.add_argument("--breakdown-runs", type=int, default=3, help="untimed staged runs per count (minimum kept)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads; 0 = torch's default (one per core). 1 by default: on a shared "
@@ -224,7 +255,11 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
                         help="before each round wait up to this long for other processes to leave the CPUs idle")
     parser.add_argument("--quiet-budget-s", type=float, default=60.0, help="most waiting for quiet in the whole run")
     parser.add_argument("--no-torch-profile", action="store_true", help="skip the torch.profiler op table")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
     if args.repeats < 3:
         parser.error("--repeats must be at least 3")
@@ -233,10 +268,15 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
     return args, counts
 
 
-def load_engine(tmp: Path, seed: int, started: float) -> DecisionEngine:
-    """Write the random checkpoint into `tmp`, load an engine on it, check its shapes and emit them."""
+def load_engine(tmp: Path, seed: int, started: float) -> tuple[DecisionEngine, PromptEncoder]:
+    """Write the random checkpoint into `tmp`, load an engine on it (caches off), check its shapes and emit them;
+    also the reference prompt encoder with the checkpoint's own tokenizer (for (c) and the schema's length)."""
+    from transformers import AutoTokenizer
+
     directory = write_checkpoint(tmp / "ckpt", seed=seed, text=TEXT, head=HEAD)
-    engine = DecisionEngine(EngineConfig(model_path=str(directory), max_context_tokens=64_000)).load()
+    engine = DecisionEngine(EngineConfig(model_path=str(directory), max_context_tokens=MAX_CONTEXT_TOKENS,
+                                         media_cache_mb=0, prefix_cache_mb=0)).load()
+    encoder = PromptEncoder(AutoTokenizer.from_pretrained(directory, local_files_only=True), MAX_CONTEXT_TOKENS)
     text_config = engine.model.backbone.thinker.config.text_config
     loaded = {k: getattr(text_config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
                                                    "num_key_value_heads", "head_dim", "num_experts",
@@ -250,31 +290,32 @@ def load_engine(tmp: Path, seed: int, started: float) -> DecisionEngine:
           "parameters_m": round(sum(p.numel() for p in engine.model.backbone.thinker.model.language_model
                                     .parameters()) / 1e6, 2),
           "setup_s": round(time.perf_counter() - started, 2)})
-    return engine
+    return engine, encoder
 
 
 @dataclass
 class Setup:
-    """What every count shares: the moderation state, the largest request, and the (c) generator."""
+    """What every count shares: the moderation state, the largest request, the (c) generator, the backbone clock."""
 
     state: dict
     state_tokens: int
     full: DecisionRequest
     generator: JsonGenerator
+    clock: BackboneClock
 
     def request(self, n: int) -> DecisionRequest:
         """The joint request: the same state with the first `n` questions."""
         return DecisionRequest(state=self.state, questions=self.full.questions[:n], model=self.full.model)
 
 
-def build_setup(engine: DecisionEngine, state_tokens: int, most: int) -> Setup:
+def build_setup(engine: DecisionEngine, encoder: PromptEncoder, state_tokens: int, most: int) -> Setup:
     """Build the ~`state_tokens` state and the request with `most` questions; emit the workload line."""
-    state, state_tokens = build_state(engine.model.parts.tokenizer, state_tokens)
+    state, state_tokens = build_state(encoder.tokenizer, state_tokens)
     full = parse_request({**moderation_body(most), "state": state}, engine.config)
-    generator = JsonGenerator(engine)
     emit({"event": "workload", "state_tokens": state_tokens, "messages": len(state["messages"]),
           "question_types": {t: sum(q.type == t for q in full.questions) for t in ("noul", "choice", "score")}})
-    return Setup(state, state_tokens, full, generator)
+    return Setup(state, state_tokens, full, JsonGenerator(engine, encoder),
+                 BackboneClock(engine.model.backbone.thinker.model))
 
 
 def warm_up(engine: DecisionEngine, setup: Setup, counts: list[int]) -> None:
@@ -301,16 +342,19 @@ class Workload:
 
 
 def count_workload(engine: DecisionEngine, setup: Setup, n: int) -> Workload:
-    """The requests and token counts of (a), (b) and (c) for `n` questions."""
+    """The requests and token counts of (a), (b) and (c) for `n` questions; (c)'s prompt is checked to differ from
+    the engine's only by its ending."""
     request = setup.request(n)
     singles = [DecisionRequest(state=setup.state, questions=(q,), model=setup.full.model) for q in request.questions]
     answer_text = json_answer(request.questions)
-    tokenizer = engine.model.parts.tokenizer
-    n_new = len(tokenizer(answer_text, add_special_tokens=False)["input_ids"]) + 1   # + <|im_end|>
-    return Workload(request=request, singles=singles, answer_text=answer_text, n_new=n_new,
-                    tokens_a=engine.model.prepare(request).num_tokens,
-                    tokens_b=[engine.model.prepare(r).num_tokens for r in singles],
-                    tokens_c=len(setup.generator.prompt_ids(request)))
+    generator = setup.generator
+    n_new = len(generator.encoder.tokenizer(answer_text, add_special_tokens=False)["input_ids"]) + 1  # + <|im_end|>
+    tokens_a = engine.model.prepare(request).num_tokens
+    tokens_c = len(generator.prompt_ids(request))
+    ending = len(generator.instruction_ids) - len(generator.encoder.suffix_ids)
+    assert tokens_c == tokens_a + ending, f"(c)'s prompt ({tokens_c}) is not the engine's ({tokens_a}) re-ended"
+    return Workload(request=request, singles=singles, answer_text=answer_text, n_new=n_new, tokens_a=tokens_a,
+                    tokens_b=[engine.model.prepare(r).num_tokens for r in singles], tokens_c=tokens_c)
 
 
 @dataclass
@@ -326,27 +370,29 @@ class Rounds:
     waited: float = 0.0
 
 
-def run_rounds(engine: DecisionEngine, generator: JsonGenerator, work: Workload, args: argparse.Namespace,
+def run_rounds(engine: DecisionEngine, setup: Setup, work: Workload, args: argparse.Namespace,
                quiet: QuietWait) -> Rounds:
     """Rounds interleaving a, b, c: at least --repeats of them, more while this count is under --budget-s."""
     rounds = Rounds(load_before=os.getloadavg()[0], times={"a": [], "b": [], "c": []}, gen=[], per_pass=[],
                     split_a=[], split_b=[])
-    times = rounds.times
+    times, clock = rounds.times, setup.clock
     count_started = time.perf_counter()
     progress = tqdm(desc=f"{len(work.request.questions):>2} questions", unit="round", file=sys.stderr, leave=False,
                     total=args.max_rounds)
     while len(times["a"]) < args.repeats or (len(times["a"]) < args.max_rounds
                                               and time.perf_counter() - count_started < args.budget_s):
         rounds.waited += quiet()
-        ms, decision = timed(joint, engine, work.request)
+        with clock.measuring():
+            ms, decision = timed(joint, engine, work.request)
         times["a"].append(ms)
-        rounds.split_a.append(engine_split(ms, [decision]))
+        rounds.split_a.append(engine_split(ms, [decision], clock.ms))
         rounds.per_pass.append([])
-        ms, decisions = timed(split, engine, work.singles, rounds.per_pass[-1])
+        with clock.measuring():
+            ms, decisions = timed(split, engine, work.singles, rounds.per_pass[-1])
         times["b"].append(ms)
-        rounds.split_b.append(engine_split(ms, decisions))
+        rounds.split_b.append(engine_split(ms, decisions, clock.ms))
         started_c = time.perf_counter()
-        rounds.gen.append(generator(work.request, work.n_new))
+        rounds.gen.append(setup.generator(work.request, work.n_new))
         times["c"].append((time.perf_counter() - started_c) * 1e3)
         progress.update()
         progress.set_postfix(a=f"{min(times['a']):.0f}ms", b=f"{min(times['b']):.0f}ms", c=f"{min(times['c']):.0f}ms")
@@ -354,47 +400,33 @@ def run_rounds(engine: DecisionEngine, generator: JsonGenerator, work: Workload,
     return rounds
 
 
-def stage_breakdown(engine: DecisionEngine, work: Workload, runs: int,
-                    quiet: QuietWait) -> tuple[list[dict], list[dict]]:
-    """`runs` untimed staged runs after the timed rounds -> (stages of (a), summed stages of (b)) per run."""
-    stages_a, stages_b = [], []
-    for _ in range(runs):
-        quiet()
-        stages_a.append(staged_decide(engine, work.request))
-        per_q = [staged_decide(engine, r) for r in work.singles]
-        stages_b.append({k: sum(x[k] for x in per_q) for k in per_q[0]})
-    return stages_a, stages_b
-
-
 def measure_count(engine: DecisionEngine, setup: Setup, n: int, args: argparse.Namespace,
                   quiet: QuietWait) -> dict:
-    """Time (a), (b), (c) for `n` questions, break them into stages, emit the result line and return it."""
+    """Time (a), (b), (c) for `n` questions, emit the result line and return it."""
     work = count_workload(engine, setup, n)
-    rounds = run_rounds(engine, setup.generator, work, args, quiet)
-    stages_a, stages_b = stage_breakdown(engine, work, args.breakdown_runs, quiet)
+    rounds = run_rounds(engine, setup, work, args, quiet)
     schema_chars = sum(len(text) for q in work.request.questions
-                       for _, text in engine.model.prompt_encoder.schema_segments((q,)))
-    row = result_row(work, rounds, stages_a, stages_b, schema_chars,
-                     engine.model.backbone.thinker.config.text_config.vocab_size)
+                       for _, text in setup.generator.encoder.schema_segments((q,)))
+    row = result_row(work, rounds, schema_chars, engine.model.backbone.thinker.config.text_config.vocab_size)
     emit(row)
     return {**row, "_tokens_b": work.tokens_b}
 
 
 # ---------------------------------------------------------------------------------------------------------- main
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Load the random checkpoint, measure every count, emit the JSON lines, then print the tables."""
-    args, counts = parse_args()
+    args, counts = parse_args(argv)
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
     info = machine()
-    emit({"event": "machine", **info})
+    emit({"event": "machine", **info, "smoke": args.smoke})
     quiet = QuietWait(args.quiet_wait_s, args.quiet_budget_s)
 
     with tempfile.TemporaryDirectory(prefix="onepass-") as tmp:
         started = time.perf_counter()
-        engine = load_engine(Path(tmp), args.seed, started)
-        setup = build_setup(engine, args.state_tokens, max(counts))
+        engine, encoder = load_engine(Path(tmp), args.seed, started)
+        setup = build_setup(engine, encoder, args.state_tokens, max(counts))
         warm_up(engine, setup, counts)
         rows = [measure_count(engine, setup, n, args, quiet) for n in counts]
         vocab_size = engine.model.backbone.thinker.config.text_config.vocab_size
@@ -406,7 +438,7 @@ def main() -> None:
         emit({"event": "done", "loadavg": [round(x, 2) for x in os.getloadavg()],
               "total_s": round(time.perf_counter() - started, 1)})
 
-    print_tables(info, setup.state_tokens, rows, args.breakdown_runs)
+    print_tables(info, setup.state_tokens, rows)
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ def lowest(runs: list[dict], key: str) -> float:
     return round(min(r[key] for r in runs), 2)
 
 
-def result_row(work, rounds, stages_a: list[dict], stages_b: list[dict], schema_chars: int, vocab_size: int) -> dict:
+def result_row(work, rounds, schema_chars: int, vocab_size: int) -> dict:
     """The "result" JSON line of one count: tokens, best / median / all ms, ratios, stage splits, MAC model.
 
-    `work` is onepass's Workload (requests, answer text, token counts), `rounds` its Rounds (the timed figures);
-    `stages_*` the staged runs; `schema_chars` the question schemas' length; `vocab_size` the checkpoint's.
+    `work` is onepass's Workload (requests, answer text, token counts), `rounds` its Rounds (the timed figures and
+    the engine's stage splits of every round); `schema_chars` the question schemas' length; `vocab_size` the
+    checkpoint's.
     """
     n, times, gen, tokens_a, tokens_b, n_new = (len(work.request.questions), rounds.times, rounds.gen, work.tokens_a,
                                                 work.tokens_b, work.n_new)
@@ -75,8 +76,8 @@ def result_row(work, rounds, stages_a: list[dict], stages_b: list[dict], schema_
         "best_round_c_ms": {k: round(v, 1) for k, v in min(gen, key=lambda g: g["encode_ms"] + g["prefill_ms"]
                                                            + g["decode_ms"]).items()
                             if k.endswith("_ms")},
-        "stages_a_ms_min": {k: lowest(stages_a, k) for k in ("prepare", "backbone", "head", "answers")},
-        "stages_b_ms_min": {k: lowest(stages_b, k) for k in ("prepare", "backbone", "head", "answers")},
+        "head_share_best_round": {"a": head_share(min(rounds.split_a, key=lambda x: x["total"])),
+                                  "b": head_share(min(rounds.split_b, key=lambda x: x["total"]))},
         "stages_c_ms_min": {"encode": lowest(gen, "encode_ms"), "prefill": lowest(gen, "prefill_ms"),
                             "decode": lowest(gen, "decode_ms"),
                             "per_token": round(min(g["decode_ms"] for g in gen) / max(1, n_new - 1), 3)},
@@ -90,7 +91,7 @@ def result_row(work, rounds, stages_a: list[dict], stages_b: list[dict], schema_
     }
 
 
-def print_tables(info: dict, state_tokens: int, rows: list[dict], breakdown_runs: int) -> None:
+def print_tables(info: dict, state_tokens: int, rows: list[dict]) -> None:
     """The headline: a title line, the ratio table and the where-the-time-goes table, from the result rows."""
     print()
     print(f"onepass — {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['torch_threads']} threads), "
@@ -99,9 +100,9 @@ def print_tables(info: dict, state_tokens: int, rows: list[dict], breakdown_runs
     print()
     print_ratio_table(rows)
     print()
-    print("where the time goes, ms, in each mode's best round (engine timings: encode = prompt + media, forward = "
-          f"backbone + head + softmax, other = the rest); head share of backbone + head from {breakdown_runs} "
-          "separate staged runs (minimum)")
+    print("where the time goes, ms, in each mode's best round (the engine's timings: encode = prompt + media, "
+          "forward = backbone + head, other = answers and the rest; backbone = the thinker's transformer inside the "
+          "forward, head = the rest of the forward: collate, joint head, softmax)")
     print()
     print_stage_table(rows)
 
@@ -120,21 +121,21 @@ def print_ratio_table(rows: list[dict]) -> None:
               f"| {r['token_ratio_b/a']:.1f}× | {mac['b/a']:.2f}×, {mac['c/a']:.2f}× |")
 
 
-def head_share(stages: dict[str, float]) -> float:
-    """The head's share of backbone + head in one staged run."""
-    return stages["head"] / (stages["head"] + stages["backbone"])
+def head_share(split: dict[str, float]) -> float:
+    """The head's share of the forward (backbone + head) in one round's split, rounded to 0.001."""
+    return round(split["head"] / split["forward"], 3) if split["forward"] > 0 else 0.0
 
 
 def print_stage_table(rows: list[dict]) -> None:
     """Per question count: each mode's best round split into its stages, and the head's share of the forward."""
-    print("| questions | (a) encode | (a) forward | (a) other | (b) Σ encode | (b) Σ forward | (b) Σ other "
-          "| (c) encode | (c) prefill | (c) decode | (c) ms/token | head share (a), (b) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| questions | (a) encode | (a) backbone | (a) head | (a) other | (b) Σ encode | (b) Σ backbone "
+          "| (b) Σ head | (b) Σ other | (c) encode | (c) prefill | (c) decode | (c) ms/token | head share (a), (b) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         ba, bb, bc = r["best_round_a_ms"], r["best_round_b_ms"], r["best_round_c_ms"]
-        sa, sb = r["stages_a_ms_min"], r["stages_b_ms_min"]
+        share = r["head_share_best_round"]
         per_token = bc["decode_ms"] / max(1, r["tokens"]["c_new"] - 1)
-        print(f"| {r['questions']} | {ba['encode']:.1f} | {ba['forward']:.1f} | {ba['other']:.1f} "
-              f"| {bb['encode']:.1f} | {bb['forward']:.1f} | {bb['other']:.1f} "
+        print(f"| {r['questions']} | {ba['encode']:.1f} | {ba['backbone']:.1f} | {ba['head']:.1f} | {ba['other']:.1f} "
+              f"| {bb['encode']:.1f} | {bb['backbone']:.1f} | {bb['head']:.1f} | {bb['other']:.1f} "
               f"| {bc['encode_ms']:.1f} | {bc['prefill_ms']:.1f} | {bc['decode_ms']:.1f} "
-              f"| {per_token:.2f} | {head_share(sa):.0%}, {head_share(sb):.0%} |")
+              f"| {per_token:.2f} | {share['a']:.0%}, {share['b']:.0%} |")

@@ -19,6 +19,9 @@ Knows nothing of the decision core beyond `omni.model.tiny.build_tokenizer` (a t
 `preprocess.py` here would hide the `preprocess` package from every script in it.)
 
     .venv/bin/python benchmarks/preprocessing.py [--rounds 3] [--seconds 21] [--ref-python /work/refenv/bin/python]
+                                                 [--smoke]
+
+`--smoke`: the same code path at tiny sizes (a 2 s clip, one round), to check that it runs; its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ from preprocess.item import MediaItem
 from preprocess.processor import encode_media
 from preprocess.video import VideoFramePolicy, decode_video
 
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"rounds": 1, "seconds": 2.0}
 IDS = PlaceholderIds(image_pad=1012, video_pad=1013, audio_pad=1032, vision_start=1009, vision_end=1010,
                      audio_start=1026, audio_end=1027, newline=(198,))
 
@@ -192,8 +197,8 @@ def summarize(rounds: list[dict]) -> dict:
             for key in rounds[0]}
 
 
-def parse_args() -> argparse.Namespace:
-    """The command line."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; with --smoke the SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=21.0)
@@ -201,7 +206,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--interpolation", default=VideoFramePolicy().interpolation,
                         help="swscale filter of the one frame resize (BICUBIC, BILINEAR, AREA, ...)")
-    return parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    return parser.parse_args(argv)
 
 
 def make_clip(seconds: float) -> bytes:
@@ -246,7 +255,7 @@ def run_rounds(args: argparse.Namespace, clip: bytes, image_processor, feature_e
 def print_ours(args: argparse.Namespace, ours: dict, memory: dict, encoded) -> None:
     """The "summary" JSON line and the one-line headline of our path."""
     grid = encoded.tensors["video_grid_thw"].tolist()
-    report = {"event": "summary", "python": platform.python_version(), "threads": args.threads,
+    report = {"event": "summary", "smoke": args.smoke, "python": platform.python_version(), "threads": args.threads,
               "interpolation": args.interpolation,
               "ours": ours, "realtime_factor_best": args.seconds / ours["total_s"]["best"],
               "memory": {k: round(v, 1) for k, v in memory.items()}, "video_grid_thw": grid,
@@ -277,9 +286,9 @@ def print_reference(ours: dict, reference_rounds: list[tuple[dict, dict]], encod
     print(json.dumps({"event": "agreement_with_clef_reference", **agreement(reference_rounds[-1][1], encoded)}))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Make the clip, measure memory, run the interleaved rounds, print our figures and the reference's."""
-    args = parse_args()
+    args = parse_args(argv)
     policy = VideoFramePolicy(interpolation=args.interpolation)
     torch.set_num_threads(args.threads)
     clip = make_clip(args.seconds)

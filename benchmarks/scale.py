@@ -42,7 +42,11 @@ Starting, stopping, CPU accounting and sending are benchmarks/scale_servers.py's
     .venv/bin/python benchmarks/scale.py [--rounds 4] [--requests 64] [--clients 16] [--workloads photo_audio,text]
                                          [--photos 24] [--repeats 8] [--ceiling-rounds 2] [--ceiling-requests 24]
                                          [--model DIR] [--server-flags "--flag V ..."] [--skip-throughput]
-                                         [--skip-affinity]
+                                         [--skip-affinity] [--skip-p2c] [--smoke]
+
+`--smoke`: the same code path at tiny sizes (the ceiling with 2 requests, one round of 4 requests per workload on
+`one` and `two`, 2 photos asked twice, no `two_p2c` server), to check that it runs; its figures mean nothing. Each
+`omni serve --ray` start costs 15-40 s here, so even the smoke run takes a minute or two.
 """
 from __future__ import annotations
 
@@ -70,6 +74,9 @@ SETUPS = {"one": ["--replicas", "1"], "two": ["--replicas", "2"],
           "two_p2c": ["--replicas", "2", "--cache-affinity", "false"]}
 INSPECTION = json.loads((ROOT / "examples" / "inspection.json").read_text(encoding="utf-8"))
 WORKLOADS = ("photo_audio", "text")
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"rounds": 1, "requests": 4, "clients": 2, "photos": 2, "repeats": 2, "ceiling_rounds": 1,
+         "ceiling_requests": 2, "skip_p2c": True}
 
 
 # ------------------------------------------------------------------------------------------------ workloads
@@ -298,7 +305,8 @@ def summarize_throughput(rounds: list[dict]) -> dict:
     return out
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; with --smoke the SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4, help="throughput rounds (each: one and two, alternating)")
     parser.add_argument("--requests", type=int, default=64, help="requests per server per throughput round")
@@ -315,7 +323,13 @@ def parse_args() -> argparse.Namespace:
                         help="more `omni serve` flags for every server, e.g. \"--affinity-slack-requests 16\"")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-affinity", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--skip-p2c", action="store_true",
+                        help="affinity without the two_p2c server (Ray's default router): one server start less")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    args = parser.parse_args(argv)
     args.workloads = [w for w in args.workloads.split(",") if w]
     if not args.workloads or set(args.workloads) - set(WORKLOADS):
         parser.error(f"--workloads: a comma-separated list of {WORKLOADS}")
@@ -334,12 +348,13 @@ def running(name: str, flags: list[str], work: Path):
         print(json.dumps({"stopped": server.stop()}), flush=True)
 
 
-def main() -> int:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     print(json.dumps({"env": {"python": platform.python_version(), "cpus": os.cpu_count(), "workloads": args.workloads,
                               "rounds": args.rounds, "requests": args.requests, "clients": args.clients,
                               "photos": args.photos, "repeats": args.repeats, "model": args.model or "tiny default",
-                              "torch_threads": 1, "server_flags": args.server_flags, "loadavg_1m": load1()}}),
+                              "torch_threads": 1, "server_flags": args.server_flags, "loadavg_1m": load1(),
+                              "smoke": args.smoke}}),
           flush=True)
     work = Path(tempfile.mkdtemp(prefix="omni-scale-bench-"))
     flags = (["--model", args.model] if args.model else []) + ["--torch-threads", "1", *shlex.split(args.server_flags)]
@@ -350,7 +365,7 @@ def main() -> int:
     schedule = [["one", "two"] if n % 2 == 0 else ["two", "one"] for n in range(args.rounds)]
     if args.skip_throughput or not schedule:
         schedule = [["one", "two"] if hit_bodies else []]
-    if hit_bodies:
+    if hit_bodies and not args.skip_p2c:
         schedule[-1].append("two_p2c")
     for n, order in enumerate(schedule):
         result: dict[str, dict] = {workload: {} for workload in args.workloads}

@@ -16,6 +16,10 @@ What it must not know: engine internals (HTTP and /proc of the server it started
 
     .venv/bin/python benchmarks/soak.py [--seconds 300] [--clients 4] [--threads 1] [--max-requests 20000]
                                         [--media-cache-mb 64] [--prefix-cache-mb 128] [--keep-log PATH]
+                                        [--long-lines 1300] [--sample-s 5] [--smoke]
+
+`--smoke`: the same code path at tiny sizes (6 s, 2 clients, a ~6,000-character "long" state, RSS sampled every
+second), to check that it runs; its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ MIX = [("text", 35), ("image", 15), ("audio", 10), ("corrupt", 10), ("bad_json",
 EXPECTED = {"text": {200}, "image": {200}, "audio": {200}, "long": {200, 429}, "corrupt": {415, 422}, "bad_json": {422},
             "stalled": {408}}
 LINE = "Customer log line: the rooftop unit rattled at 14:02, technician noted loose fan blade; "
+# --smoke: the same code path at tiny sizes (explicit flags still win)
+SMOKE = {"seconds": 6.0, "clients": 2, "long_lines": 70, "sample_s": 1.0}
 
 
 def url_of(mime: str, data: bytes) -> str:
@@ -53,8 +59,9 @@ def url_of(mime: str, data: bytes) -> str:
 class Bodies:
     """The request bodies the clients draw from (photos and clips repeat, so the media cache sees hits)."""
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, long_lines: int = 1300):
         self.rng = rng
+        self.long_lines = long_lines
         self.images = [url_of("image/png", image_bytes("PNG", "RGB", 64 + 8 * i, 48)) for i in range(6)]
         self.clips = [url_of("audio/wav", wav_bytes(0.5 + 0.25 * i, 16000, 1)) for i in range(3)]
         self.broken = [url_of("image/png", image_bytes("PNG")[:60]), url_of("image/png", b"\x89PNG\r\n\x1a\n" * 4),
@@ -65,7 +72,7 @@ class Bodies:
         extra = {"image": {"images": [self.rng.choice(self.images)]}, "audio": {"audio": [self.rng.choice(self.clips)]},
                  "corrupt": {"images": [self.rng.choice(self.broken)]}}.get(kind, {})
         if kind == "long":
-            state = f"{n} " + LINE * 1300                                  # ~115,000 characters: fills the context
+            state = f"{n} " + LINE * self.long_lines                # 1,300: ~115,000 characters, fills the context
         if kind == "bad_json":
             return b'{"state": "unterminated'
         return json.dumps({"state": state, "questions": QUESTIONS, **extra}).encode()
@@ -117,9 +124,9 @@ class Tally:
                     self.lost += 1
 
 
-def client(port: int, seed: int, until: float, max_requests: int, tally: Tally) -> None:
+def client(port: int, seed: int, until: float, max_requests: int, tally: Tally, long_lines: int = 1300) -> None:
     rng = random.Random(seed)
-    bodies = Bodies(rng)
+    bodies = Bodies(rng, long_lines)
     kinds, weights = zip(*MIX)
     n = 0
     while time.monotonic() < until and tally.requests < max_requests:
@@ -149,7 +156,8 @@ def cache_mib(url: str) -> int:
                    if line.startswith("omni_cache_bytes{")) // 2**20)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; with --smoke the SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--clients", type=int, default=4)
@@ -158,7 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--media-cache-mb", type=int, default=64)
     parser.add_argument("--prefix-cache-mb", type=int, default=128)
     parser.add_argument("--keep-log", type=Path, help="copy the server's log (at info) here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--long-lines", type=int, default=1300,
+                        help="log lines in the context-filling state (1,300: ~115,000 characters)")
+    parser.add_argument("--sample-s", type=float, default=5.0, help="RSS and cache bytes sampled this often")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     tally, samples, caches = Tally(), [], []
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "soak.log"
@@ -169,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         samples.append(rss_mib(proc.pid))
         caches.append(cache_mib(url))
         until = time.monotonic() + args.seconds
-        threads = [threading.Thread(target=client, args=(port, seed, until, args.max_requests, tally))
+        threads = [threading.Thread(target=client, args=(port, seed, until, args.max_requests, tally, args.long_lines))
                    for seed in range(args.clients)]
         for thread in threads:
             thread.start()
         while any(thread.is_alive() for thread in threads):
-            time.sleep(5)
+            time.sleep(args.sample_s)
             samples.append(rss_mib(proc.pid))
             caches.append(cache_mib(url))
             print(json.dumps({"event": "progress", "requests": tally.requests, "rss_mib": samples[-1],
@@ -184,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             args.keep_log.write_text(server_log)
         stop_server(proc)
     statuses = Counter(s for counter in tally.by_kind.values() for s in counter.elements())
-    print(json.dumps({"event": "summary", "seconds": args.seconds, "clients": args.clients, "requests": tally.requests,
+    print(json.dumps({"event": "summary", "smoke": args.smoke, "seconds": args.seconds, "clients": args.clients,
+                      "requests": tally.requests,
                       "lost": tally.lost, "5xx": sum(n for s, n in statuses.items() if s.startswith("5")),
                       "unexpected": dict(tally.unexpected), "by_kind": {k: dict(v) for k, v in tally.by_kind.items()},
                       "rss_mib_start": samples[0], "rss_mib_max": max(samples), "rss_mib_end": samples[-1],

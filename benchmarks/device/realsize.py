@@ -12,6 +12,8 @@ short keeps what it measured) and prints the same: one JSON line per case, then 
 benchmarks/device/run.sh` runs it after run.sh's own steps, in the time they leave of one 600 s call.
 Dry run here (scaled-down shapes and inputs on CPU, under a minute; also what a machine without CUDA gets):
     .venv/bin/python benchmarks/device/realsize.py --dry-run [--dtype bfloat16] [--inputs real]
+Smoke run (the dry run's shapes with the smallest inputs, one round per case: a check that the script runs):
+    .venv/bin/python benchmarks/device/realsize.py --smoke
 
 What it builds: the Qwen3-Omni-30B-A3B thinker with the released shapes (clef-reference §1.2, qwen-omni-notes §5:
 48 MoE layers of hidden 2048, 128 experts top-8, vocab 152,064; the 27-block vision and 32-layer audio towers;
@@ -26,12 +28,15 @@ as `ClefModel.load` would (lm_head swapped for the lexical table, strict shapes)
 What it measures, per case (a)-(f): p50/p99 of end-to-end `decide` (CUDA-synchronised before and after; the
 script also synchronises at the end of `model.probabilities` so the engine's own forward timing is real), the
 engine's media / prompt / forward split, input and prefilled tokens, prefill tokens/s, an analytic FLOP count and
-MFU against --peak-tflops, and peak GPU memory. Cold cases send a new state each round (prefix-cache miss) through
+MFU against --peak-tflops, and peak GPU memory. Prefilled tokens and FLOPs count what the thinker's forwards were
+given in the last timed round (`realsize_model.ForwardLog`, forward pre-hooks on `backbone.thinker.model`). Cold cases send a new state each round (prefix-cache miss) through
 an engine whose media cache is off (every round decodes its media); case (f) repeats (d)'s state and video with new
 questions through an engine with both caches on (media and prefix hits).
 
 What it must not know: anything about answer quality (the weights are random: time only), the HTTP edge and the
-micro-batcher (one request at a time, `decide`), and any real checkpoint or network.
+micro-batcher (one request at a time, `decide`), the model's internals (it uses the engine's `decide` and
+`Decision`, and the public `ClefModel` constructor, `Backbone` and `JointSchemaHead`), and any real checkpoint or
+network.
 
 Where things are (run as a script, its folder comes first on the import path: they import as top-level modules):
 realsize_model.py holds the shapes, the random model and engines built on the device, and the clock (`log`);
@@ -54,7 +59,7 @@ from pathlib import Path
 
 import torch
 from realsize_flops import FlopModel
-from realsize_model import SHAPES, STARTED, GiB, build_model, log, make_engine, real_shapes_on_meta, sync
+from realsize_model import SHAPES, STARTED, ForwardLog, GiB, build_model, log, make_engine, real_shapes_on_meta, sync
 from realsize_report import environment, result_row, write_report
 
 from fixtures.media import image_bytes, video_bytes, wav_bytes
@@ -80,13 +85,17 @@ class Plan:
 
 
 PLANS = {"real": Plan(), "dry": Plan(image_side=512, audio_seconds=10.0, video=(4.0, 640, 360), long_state_tokens=1500,
-                                     rounds={k: 3 for k in "abcdef"}, warmups=1)}
+                                     rounds={k: 3 for k in "abcdef"}, warmups=1),
+         "smoke": Plan(state_tokens=60, image_side=128, audio_seconds=1.0, video=(1.0, 160, 96), long_state_tokens=200,
+                       long_questions=6, rounds={k: 1 for k in "abcdef"}, warmups=1)}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Flags, with the defaults resolved: device, dry run (forced without CUDA), dtype, budget, output folder."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="scaled-down shapes and inputs (automatic without CUDA)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a check that the script runs: the dry run's shapes, the smallest inputs, one round each")
     parser.add_argument("--device", default="auto", help="auto: cuda if available, else cpu")
     parser.add_argument("--dtype", default="auto", help="thinker dtype; auto: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--head-dtype", default=EngineConfig.head_dtype, help="the engine's default: float32")
@@ -94,7 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=None, help="no new rounds after this (real 420, dry 600)")
     parser.add_argument("--rounds-scale", type=float, default=1.0, help="multiply every case's rounds")
     parser.add_argument("--cases", default="abcdef", help="which cases to run, e.g. abd")
-    parser.add_argument("--inputs", choices=("auto", "real", "dry"), default="auto",
+    parser.add_argument("--inputs", choices=("auto", "real", "dry", "smoke"), default="auto",
                         help="input sizes and rounds; auto: those of the shapes (real inputs + dry shapes checks here "
                              "the real token counts and media times)")
     parser.add_argument("--torch-threads", type=int, default=None,
@@ -103,11 +112,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default=os.environ.get("OUT"), help="output folder (default $OUT, else a temp dir)")
     args = parser.parse_args(argv)
     args.device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    args.dry_run = args.dry_run or args.smoke
     if not args.device.startswith("cuda") and not args.dry_run:
         log("no CUDA device: running the dry run (scaled-down shapes and inputs)")
         args.dry_run = True
     args.size = "dry" if args.dry_run else "real"
-    args.inputs = args.size if args.inputs == "auto" else args.inputs
+    args.inputs = ("smoke" if args.smoke else args.size) if args.inputs == "auto" else args.inputs
     args.dtype = ("bfloat16" if args.device.startswith("cuda") else "float32") if args.dtype == "auto" else args.dtype
     if args.torch_threads is None:
         args.torch_threads = 0 if args.device.startswith("cuda") else 1
@@ -210,15 +220,12 @@ def time_left(budget_s: float) -> float:
     return budget_s - (time.monotonic() - STARTED)
 
 
-def run_case(case: Case, engine: DecisionEngine, bookkeeping: DecisionEngine, flops: FlopModel, args,
+def run_case(case: Case, engine: DecisionEngine, forwards: ForwardLog, flops: FlopModel, tokenizer, args,
              warmups: int) -> dict:
-    """Warm up, then time `case.rounds` decides (fewer if the budget runs low); one result row."""
+    """Warm up, then time `case.rounds` decides (fewer if the budget runs low); one result row. FLOPs and prefilled
+    tokens: what the thinker's forwards were given in the last timed round."""
     device = args.device
-    request = parse_request(case.body(0), bookkeeping.config)     # bookkeeping, off the clock
-    media = bookkeeping.model.encode_media(request.media)
-    record = bookkeeping.model.prepare(request, media)
-    total_flops, prefilled = flops.request(record.num_tokens, record.prefix_len, media.encoded.tensors, case.warm)
-    state_tokens = len(bookkeeping.model.parts.tokenizer(request.state, add_special_tokens=False)["input_ids"])
+    state_tokens = len(tokenizer(case.body(0)["state"], add_special_tokens=False)["input_ids"])
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     first = time.monotonic()
@@ -226,33 +233,38 @@ def run_case(case: Case, engine: DecisionEngine, bookkeeping: DecisionEngine, fl
         decision = engine.decide(parse_request(case.body(-1 - w), engine.config))
     sync(device)
     per_round = (time.monotonic() - first) / max(1, warmups)
-    latencies, parts, caches = [], {"decode": [], "encode": [], "forward": []}, set()
+    latencies, parts, caches, ran = [], {"decode": [], "encode": [], "forward": []}, set(), []
     for r in range(case.rounds):
         if time_left(args.budget_s) < 1.5 * per_round:
             break
-        body = case.body(r)
+        request = parse_request(case.body(r), engine.config)
         sync(device)
+        forwards.recording()
         started = time.perf_counter()
-        decision = engine.decide(parse_request(body, engine.config))
+        decision = engine.decide(request)
         sync(device)
         latencies.append(time.perf_counter() - started)
+        ran = forwards.stop()
         per_round = max(per_round, latencies[-1])
         for key, values in parts.items():
             values.append(decision.timings_ms.get(key, 0.0))
         caches.add(",".join(f"{k}:{v}" for k, v in sorted(decision.cache.items())) or "off")
+    total_flops, prefilled = flops.forwards(ran)
     return {**result_row(case, args, latencies, parts, caches, decision, total_flops, prefilled),
             "state_tokens": state_tokens}
 
 
 # -------------------------------------------------------------------------------------------------------- the run
-def build(args, directory: Path) -> tuple[DecisionEngine, DecisionEngine, FlopModel, dict]:
-    """Processor parts, the random model, the cold and warm engines, the FLOP model, the environment line."""
+def build(args, directory: Path) -> tuple[DecisionEngine, DecisionEngine, FlopModel, ForwardLog, dict, object]:
+    """The random model, the cold and warm engines, the FLOP model, the forward log, the environment line and the
+    checkpoint's tokenizer."""
     parts = load_processor_parts(write_checkpoint(directory))
     started = time.monotonic()
     backbone, head = build_model(args, SHAPES[args.size], parts)
     build_s = time.monotonic() - started
     weights = torch.cuda.memory_allocated() / GiB if args.device.startswith("cuda") else None
     flops = FlopModel(backbone.thinker, head, backbone.lexical_table)
+    forwards = ForwardLog(backbone.thinker.model)
     base = EngineConfig(device=args.device, dtype=args.dtype, head_dtype=args.head_dtype,
                         torch_threads=args.torch_threads)
     try:   # the engine's own warm-up request is the first forward: the one place a kernel choice can fail
@@ -265,11 +277,11 @@ def build(args, directory: Path) -> tuple[DecisionEngine, DecisionEngine, FlopMo
     warm = make_engine(backbone, head, parts, directory, base, args.device)
     env = environment(args, flops, backbone, build_s, weights)
     log(f"built in {build_s:.1f} s: {json.dumps(env)}")
-    return cold, warm, flops, env
+    return cold, warm, flops, forwards, env, parts.tokenizer
 
 
-def run_all(cases: list[Case], cold: DecisionEngine, warm: DecisionEngine, flops: FlopModel, env: dict, args,
-            warmups: int) -> tuple[list[dict], list[str]]:
+def run_all(cases: list[Case], cold: DecisionEngine, warm: DecisionEngine, flops: FlopModel, forwards: ForwardLog,
+            tokenizer, env: dict, args, warmups: int) -> tuple[list[dict], list[str]]:
     """Every case in turn while the budget lasts; a JSON line and rewritten reports after each. A case that fails is
     reported and skipped (the device run happens once: one failure must not cost the other cases)."""
     rows, skipped = [], []
@@ -280,7 +292,7 @@ def run_all(cases: list[Case], cold: DecisionEngine, warm: DecisionEngine, flops
             continue
         log(f"({case.key}) {case.title}: {warmups + case.warm} warm-up + {case.rounds} rounds")
         try:
-            row = run_case(case, warm if case.warm else cold, cold, flops, args, warmups + case.warm)
+            row = run_case(case, warm if case.warm else cold, forwards, flops, tokenizer, args, warmups + case.warm)
         except Exception as exc:   # noqa: BLE001 - reported, and the remaining cases still run
             traceback.print_exc()
             skipped.append(f"({case.key}) failed: {type(exc).__name__}: {exc}")
@@ -304,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         real_shapes_on_meta()
     with tempfile.TemporaryDirectory(prefix="realsize-ckpt-") as tmp:
-        cold, warm, flops, env = build(args, Path(tmp))
-        cases = make_cases(plan, cold.model.parts.tokenizer, make_media(plan), args.cases, args.rounds_scale)
-        rows, skipped = run_all(cases, cold, warm, flops, env, args, plan.warmups)
+        cold, warm, flops, forwards, env, tokenizer = build(args, Path(tmp))
+        cases = make_cases(plan, tokenizer, make_media(plan), args.cases, args.rounds_scale)
+        rows, skipped = run_all(cases, cold, warm, flops, forwards, tokenizer, env, args, plan.warmups)
         print(write_report(args.out, env, rows, skipped), flush=True)
     log(f"done in {time.monotonic() - STARTED:.0f} s; wrote {args.out / 'realsize.json'} and "
         f"{args.out / 'realsize.md'}")

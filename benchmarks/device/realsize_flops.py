@@ -1,7 +1,8 @@
 """realsize_flops: the analytic prefill FLOP model behind realsize.py's TFLOP and MFU columns.
 
-FlopModel reads the parameter counts and configs of a built (or meta-device) thinker and joint head and turns one
-request's token counts and media grids into FLOPs; `count` is the parameter count it rests on. The second paragraph
+FlopModel reads the parameter counts and configs of a built (or meta-device) thinker and joint head and turns the
+thinker forwards one request ran (their new and cached token counts and media grids) into FLOPs; `count` is the
+parameter count it rests on. The second paragraph
 of FlopModel's docstring is printed under the report's table as the FLOP note, so it stays one plain paragraph.
 
 What it must not know: the device, the timings, the engines, the cases and their inputs, and the report's layout.
@@ -84,16 +85,17 @@ class FlopModel:
         attention = 4 * a["layers"] * a["d"] * sum(min(window, tokens - i) ** 2 for i in range(0, tokens, window))
         return conv + 2 * tokens * a["per_token"] + attention
 
-    def request(self, tokens: int, prefix: int, media: dict[str, torch.Tensor], warm: bool) -> tuple[float, int]:
-        """(FLOPs, prefilled tokens) of one request of `tokens` tokens whose first `prefix` do not depend on the
-        questions; `media`: its thinker media tensors (grids, audio masks); `warm`: prefix and media come from the
-        caches, so only the rest is prefilled."""
-        if warm:
-            return self.text(tokens - prefix, prefix), tokens - prefix
-        flops = self.text(tokens)
-        for key in ("image_grid_thw", "video_grid_thw"):
-            for t, h, w in media.get(key, torch.zeros(0, 3)).tolist():
-                flops += self.vision_grid(int(t), int(h), int(w))
-        for frames in media.get("feature_attention_mask", torch.zeros(0, 1)).sum(-1).tolist():
-            flops += self.audio_clip(int(frames))
-        return flops, tokens
+    def forwards(self, entries) -> tuple[float, int]:
+        """(FLOPs, prefilled tokens) of the thinker forwards one request ran, as `realsize_model.ForwardLog` recorded
+        them: (rows, new tokens per row, tokens already cached, media tensors) each. A warm request (prefix and media
+        from the caches) prefills only what follows its prefix, after the cached tokens, with no media."""
+        flops, prefilled = 0.0, 0
+        for rows, new, past, media in entries:
+            flops += rows * self.text(new, past)
+            prefilled += rows * new
+            for key in ("image_grid_thw", "video_grid_thw"):
+                for t, h, w in media.get(key, torch.zeros(0, 3)).tolist():
+                    flops += self.vision_grid(int(t), int(h), int(w))
+            for frames in media.get("feature_attention_mask", torch.zeros(0, 1)).sum(-1).tolist():
+                flops += self.audio_clip(int(frames))
+        return flops, prefilled

@@ -6,6 +6,8 @@ with random weights directly on the device, the engines around them (`ClefModel`
 would, its forward timing made real by a synchronise), and the real shapes' parameter counts on the meta device.
 STARTED is the script's start: realsize.py imports this module before anything is timed, and it is set once torch
 and the product modules are loaded, as before; `log` stamps progress lines on stderr with the seconds since then.
+`ForwardLog` records what each forward of the thinker's transformer was given (new tokens, cached tokens, media
+grids), through torch forward pre-hooks on `backbone.thinker.model`: the FLOP model counts what actually ran.
 
 What it must not know: the cases, their inputs and rounds, the budget, how results are counted or reported, and any
 real checkpoint or network (the weights are random and made on the device).
@@ -145,6 +147,36 @@ def make_engine(backbone: Backbone, head: JointSchemaHead, parts, directory: Pat
 
     model.probabilities = synchronised
     return DecisionEngine(config, model=model).load()
+
+
+class ForwardLog:
+    """While `recording()`, one entry per forward of `module` (the thinker's `thinker.model`, which every prefill,
+    chunk and continuation calls): (rows, new tokens per row, tokens already cached, its media tensors by name).
+    A pure observer (a torch forward pre-hook): it keeps references, reads no values, so it adds no device sync."""
+
+    MEDIA_KEYS = ("image_grid_thw", "video_grid_thw", "feature_attention_mask")
+
+    def __init__(self, module: nn.Module):
+        self.entries: list[tuple[int, int, int, dict[str, torch.Tensor]]] = []
+        self.active = False
+        module.register_forward_pre_hook(self.record, with_kwargs=True)
+
+    def record(self, module, args, kwargs) -> None:
+        if not self.active:
+            return
+        ids = kwargs["input_ids"]
+        cache = kwargs.get("past_key_values")
+        self.entries.append((int(ids.shape[0]), int(ids.shape[-1]), int(cache.get_seq_length()) if cache is not None
+                             else 0, {k: kwargs[k] for k in self.MEDIA_KEYS if kwargs.get(k) is not None}))
+
+    def recording(self) -> ForwardLog:
+        """Start a fresh record (ends with `stop`)."""
+        self.entries, self.active = [], True
+        return self
+
+    def stop(self) -> list[tuple[int, int, int, dict[str, torch.Tensor]]]:
+        self.active = False
+        return self.entries
 
 
 def real_shapes_on_meta() -> None:

@@ -1,0 +1,310 @@
+"""Every benchmark runs: each script in benchmarks/ and benchmarks/device/ in smoke mode (`--smoke`: the same code
+path at tiny sizes), checked for its exit code and the shape of what it prints.
+
+The scripts are discovered (every `.py` there with a `__main__` block, every `.sh`), so a new one fails here until it
+has a smoke mode and a check below (or, for a helper that is no benchmark, a reason in NOT_BENCHMARKS). Each runs in
+a subprocess of this interpreter from the repository root, without the caller's OMNI_* settings; the timeout only
+guards against a hang: nothing here is timed. The checks parse the JSON lines and tables a script prints and look at
+their keys, that figures are finite and positive where they must be, and at what the tiny run must show (every
+request answered, cache hits where the script expects them). `scale.py` needs the [cluster] extra: without it that
+case skips, unless OMNI_REQUIRE_CLUSTER is set (CI), where it fails.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+FOLDERS = (ROOT / "benchmarks", ROOT / "benchmarks" / "device")
+HANG_GUARD_S = 900          # scale.py starts two Ray clusters: minutes on a busy 2-core machine
+NOT_BENCHMARKS = {"device/fetch_wheels.sh": "downloads the device machine's wheels from PyPI (needs the network); "
+                                            "it measures nothing"}
+
+
+def discovered() -> list[str]:
+    """Every benchmark script, relative to benchmarks/: Python files with a __main__ block, shell scripts."""
+    found = []
+    for folder in FOLDERS:
+        for path in sorted(folder.iterdir()):
+            is_main = path.suffix == ".py" and '__name__ == "__main__"' in path.read_text(encoding="utf-8")
+            if is_main or path.suffix == ".sh":
+                found.append(path.relative_to(ROOT / "benchmarks").as_posix())
+    return found
+
+
+# ------------------------------------------------------------------------------------------------------ helpers
+def run_smoke(script: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python benchmarks/SCRIPT --smoke EXTRA...` from the repository root; fails the test on a non-zero exit."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    done = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke", *extra], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, env={**clean, **(env or {})})
+    assert done.returncode == 0, f"{script} --smoke exited {done.returncode}:\n{done.stdout[-3000:]}\n" \
+                                 f"{done.stderr[-3000:]}"
+    return done
+
+
+def json_lines(stdout: str) -> list[dict]:
+    """Every stdout line that is a JSON object, parsed (a line starting with "{" must parse)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def finite(value, where: str = "") -> None:
+    """Every number in `value` (nested dicts / lists) is finite."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            finite(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            finite(v, f"{where}[{i}]")
+    elif isinstance(value, float):
+        assert math.isfinite(value), f"{where} = {value}"
+
+
+def positive(record: dict, *paths: str) -> None:
+    """Each dotted path of `record` ("ms_best.a") holds a finite number > 0."""
+    for path in paths:
+        value = record
+        for key in path.split("."):
+            value = value[key]
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{path} = {value!r}"
+        assert math.isfinite(value) and value > 0, f"{path} = {value}"
+
+
+def one(lines: list[dict], **match) -> dict:
+    """The one line whose fields equal `match`."""
+    found = [line for line in lines if all(line.get(k) == v for k, v in match.items())]
+    assert len(found) == 1, f"{len(found)} lines match {match}"
+    return found[0]
+
+
+def table(stdout: str, header_start: str) -> list[list[str]]:
+    """The rows (cells) of the markdown table whose header line starts with `header_start`."""
+    lines = stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(header_start)), None)
+    assert start is not None, f"no table starting {header_start!r}"
+    assert lines[start + 1].startswith("|---") and set(lines[start + 1]) <= set("|-:"), lines[start + 1]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+        from ray import serve  # noqa: F401
+    except ImportError as exc:
+        message = f"scale.py needs the [cluster] extra (ray[serve]): {exc}"
+        if os.environ.get("OMNI_REQUIRE_CLUSTER"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+# ------------------------------------------------------------------------------------------------------ checks
+def check_onepass(tmp_path: Path) -> None:
+    out = run_smoke("onepass.py").stdout
+    lines = json_lines(out)
+    assert [line["event"] for line in lines] == ["machine", "checkpoint", "workload", "result", "result",
+                                                 "mac_model_state_sweep", "torch_profile", "done"]
+    assert lines[0]["smoke"] is True
+    for line in lines:
+        finite(line)
+    for n, row in zip((1, 2), [line for line in lines if line["event"] == "result"]):
+        assert row["questions"] == n and row["rounds"] >= 3
+        positive(row, "tokens.a", "tokens.b_total", "tokens.c_prompt", "tokens.c_new", "ms_best.a", "ms_best.b",
+                 "ms_best.c", "ratio_best.b/a", "ratio_best.c/a", "mac_model.this_checkpoint.b/a",
+                 "mac_model.this_checkpoint.c/a", "stages_c_ms_min.prefill", "stages_c_ms_min.decode")
+        for mode in ("a", "b"):     # the engine's own timings, the backbone measured inside its forward
+            split = row[f"best_round_{mode}_ms"]
+            positive(split, "total", "encode", "forward", "backbone", "head")
+            assert split["backbone"] < split["forward"] <= split["total"]
+            assert 0 < row["head_share_best_round"][mode] < 1
+        if n == 1:      # one question: (a) and (b) are the same request
+            assert row["tokens"]["b_total"] == row["tokens"]["a"]
+        else:           # each split pass repeats the state
+            assert row["tokens"]["b_total"] > row["tokens"]["a"]
+    assert len(lines[5]["rows"]) == 4 and lines[6]["top_self_cpu"]
+    ratios = table(out, "| questions | rounds | tokens (a) |")
+    assert [r[0] for r in ratios] == ["1", "2"] and all(r[8].endswith(")") for r in ratios)
+    assert len(table(out, "| questions | (a) encode | (a) backbone |")) == 2
+
+
+def check_load(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("load.py").stdout)
+    assert lines[0]["env"]["smoke"] is True
+    for mode in ("batching_on", "batching_off"):
+        result = one(lines, mode=mode)
+        assert result["statuses"] == {"200": result["requests"]}
+        positive(result, "throughput_rps", "p50_ms", "p99_ms", "wall_s")
+    overhead = next(line["overhead_small_requests"] for line in lines if "overhead_small_requests" in line)
+    positive(overhead, "in_process_p50_ms", "httpx_p50_ms", "stdlib_p50_ms", "stdlib_batching_on_p50_ms",
+             "ratio_httpx", "ratio_stdlib", "ratio_stdlib_batching_on", "server_stages_p50_ms_stdlib.forward")
+    simulated = next(line["batcher_simulated_device"] for line in lines if "batcher_simulated_device" in line)
+    positive(simulated, "throughput_ratio_on_off", "batching_on.throughput_rps", "batching_off.throughput_rps")
+    summary = lines[-1]["summary"]
+    finite(summary)
+    positive(summary, "throughput_ratio_on_off", "p50_ratio_on_off", "p99_ratio_on_off", "http_overhead_ratio_httpx",
+             "batcher_only_throughput_ratio_on_off")
+
+
+def check_batch(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("batch.py").stdout)
+    assert lines[0]["env"]["smoke"] is True
+    round_0 = one(lines, round=0)
+    for way in ("in_process", "batch_url", "server_load"):
+        result = round_0[way]
+        positive(result, "lines", "wall_s", "rps")
+        assert result["outcome"] == ({"200": result["lines"]} if way == "server_load" else
+                                     {"answered": result["lines"]})
+    summary = lines[-1]["summary"]
+    positive(summary, "in_process_rps", "batch_url_rps", "server_load_rps", "ratio_in_process_over_batch_url",
+             "ratio_in_process_over_server_load")
+
+
+def check_abuse(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("abuse.py").stdout)
+    for server in ("chunked", "unchunked"):
+        positive(one(lines, event="fairness_round", server=server), "long_alone_s", "long_with_small_s", "small_s")
+    positive(one(lines, event="fairness"), "small_over_long_chunked", "small_over_long_unchunked",
+             "long_slowdown_chunked")
+    for case in ("fills_context", "body_cap"):
+        bounded = one(lines, event="bounded_case", case=case)
+        assert bounded["status"] == 200
+        positive(bounded, "seconds", "input_tokens", "peak_rss_mib", "rss_before_mib", "rss_after_mib")
+    assert one(lines, event="bounded_case", case="body_cap")["truncated_chars"] > 0   # the cap's state is cut
+    positive(one(lines, event="bounded"), "time_ratio", "peak_rss_ratio")
+    assert set(one(lines, event="summary")) == {"event", "fairness", "bounded"}
+
+
+def check_cache(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("cache.py").stdout)
+    assert one(lines, event="env")["smoke"] is True
+    repeat = one(lines, event="repeat_media")
+    assert repeat["cache"] == {"media": "hit", "prefix": "hit"}       # warm: both caches answer
+    positive(repeat, "ratio_median")
+    positive(one(lines, event="isolated_64"), "questions", "ratio_vs_cold_median", "ratio_vs_caches_on_median")
+    positive(one(lines, event="same_photo"), "ratio_median")
+    memory = one(lines, event="memory")
+    samples = memory["requests"] // 10 + 1          # the smoke samples RSS every 10 requests, and once before
+    assert len(memory["rss_mib_on"]) == len(memory["rss_mib_off"]) == samples
+    assert all(v > 0 for v in memory["rss_mib_on"] + memory["rss_mib_off"])
+    assert "omni_cache_" in memory["cache_metrics_on"]
+    summary = one(lines, event="summary")
+    finite(summary)
+    assert set(summary) == {"event", "repeat_media", "isolated_64", "same_photo", "memory"}
+
+
+def check_preprocessing(tmp_path: Path) -> None:
+    out = run_smoke("preprocessing.py").stdout
+    lines = json_lines(out)
+    positive(one(lines, event="clip"), "bytes", "seconds")
+    positive(one(lines, event="ours"), "decode_s", "encode_s", "total_s")
+    summary = one(lines, event="summary")
+    assert summary["smoke"] is True
+    finite(summary)
+    positive(summary, "realtime_factor_best", "ours.total_s.best", "ours.total_s.median", "media_ids")
+    assert summary["tokens"]["video"] > 0 and summary["tokens"]["video_audio"] > 0     # frames and their soundtrack
+    assert re.search(r"^ours: [\d.]+ s best / [\d.]+ s median for 2 s of video", out, re.MULTILINE)
+
+
+def check_scale(tmp_path: Path) -> None:
+    require_ray()
+    lines = json_lines(run_smoke("scale.py").stdout)
+    assert lines[0]["env"]["smoke"] is True
+    for workload in ("photo_audio", "text"):
+        ceiling = one(lines, part="ceiling", workload=workload)
+        positive(ceiling, "engines_1.rps", "engines_2.rps", "ratio_two_over_one")
+        throughput = one(lines, part="throughput", workload=workload)
+        for setup in ("one", "two"):
+            assert throughput[setup]["statuses"] == {"200": throughput[setup]["requests"]}
+            positive(throughput[setup], "rps", "p50_ms", "cpu_ms_per_request.engine", "cores_busy.ours")
+        positive(throughput, "ratio_two_over_one")
+    for setup in ("one", "two"):
+        affinity = one(lines, part="affinity", setup=setup)
+        assert affinity["statuses"] == {"200": affinity["requests"]}
+        assert 0 <= affinity["prefix_hit_rate"] <= affinity["best_possible"]
+    stopped = [line["stopped"] for line in lines if "stopped" in line]
+    assert [s["server"] for s in stopped] == ["one", "two"] and all(not s["left_running"] for s in stopped)
+    summary = lines[-1]["summary"]
+    finite(summary)
+    for workload in ("photo_audio", "text"):
+        positive(summary[workload], "throughput.ratio_two_over_one", "ceiling_no_serving_stack.ratio_two_over_one")
+    assert "ratio_two_over_one" in summary["affinity"]
+
+
+def check_soak(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("soak.py").stdout)
+    progress = [line for line in lines if line["event"] == "progress"]
+    assert progress and all(line["rss_mib"] > 0 and line["cache_mib"] >= 0 for line in progress)
+    summary = one(lines, event="summary")
+    assert summary["smoke"] is True
+    assert summary["requests"] > 0 and summary["lost"] == 0 and summary["5xx"] == 0 and summary["unexpected"] == {}
+    assert all(v > 0 for v in summary["rss_mib_samples"]) and len(summary["rss_mib_samples"]) >= 2
+    assert summary["server_log_tracebacks"] == 0
+
+
+def check_realsize(tmp_path: Path) -> None:
+    out = run_smoke("device/realsize.py", "--out", str(tmp_path)).stdout
+    rows = {line["case"]: line for line in json_lines(out)}
+    assert sorted(rows) == list("abcdef")
+    for row in rows.values():
+        finite(row)
+        assert row["rounds"] == row["rounds_planned"] == 1
+        positive(row, "p50_ms", "p99_ms", "forward_ms", "input_tokens", "prefill_tokens", "tflop", "prefill_tok_s")
+    assert all(rows[k]["prefill_tokens"] == rows[k]["input_tokens"] for k in "abcde")   # cold: the whole prompt
+    assert rows["f"]["prefill_tokens"] < rows["f"]["input_tokens"]                      # warm: after the prefix
+    assert rows["f"]["caches"] == ["media:hit,prefix:hit"]
+    assert rows["b"]["tflop"] > rows["a"]["tflop"] * rows["b"]["input_tokens"] / rows["a"]["input_tokens"]   # + vision
+    assert len(table(out, "| case | input tok (state) |")) == 6
+    report = json.loads((tmp_path / "realsize.json").read_text())
+    assert [r["case"] for r in report["cases"]] == list("abcdef") and report["skipped"] == []
+
+
+def check_run_sh(tmp_path: Path) -> None:
+    """The device harness, statically (its smoke run, `PY=.venv/bin/python bash benchmarks/device/run.sh --smoke`,
+    repeats load.py's and realsize.py's smoke runs above, minutes more): valid bash, and every benchmark it calls
+    exists and declares every flag it is given."""
+    script = ROOT / "benchmarks" / "device" / "run.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True, capture_output=True)
+    text = script.read_text(encoding="utf-8")
+    assert '--smoke) INSTALL=0; SMOKE=(--smoke)' in text
+    calls = re.findall(r"\$PY (benchmarks/\S+\.py)([^\n|]*)", text)
+    assert {path for path, _ in calls} == {"benchmarks/load.py", "benchmarks/device/realsize.py"}
+    for path, flags in calls:
+        source = (ROOT / path).read_text(encoding="utf-8")
+        for flag in re.findall(r"--[a-z][a-z-]+", flags) + ["--smoke"]:
+            assert f'add_argument("{flag}"' in source, f"run.sh passes {flag} to {path}, which does not take it"
+
+
+CHECKS: dict[str, Callable[[Path], None]] = {
+    "abuse.py": check_abuse, "batch.py": check_batch, "cache.py": check_cache, "load.py": check_load,
+    "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
+    "soak.py": check_soak, "device/realsize.py": check_realsize, "device/run.sh": check_run_sh,
+}
+
+
+def test_every_benchmark_has_a_smoke_check():
+    """A new script needs a smoke mode and a check here (or a reason in NOT_BENCHMARKS)."""
+    scripts = set(discovered())
+    assert scripts - set(NOT_BENCHMARKS) == set(CHECKS), "benchmarks without a smoke check: " \
+        f"{sorted(scripts - set(NOT_BENCHMARKS) - set(CHECKS))}; checks without a script: {sorted(set(CHECKS) - scripts)}"
+
+
+@pytest.mark.parametrize("script", [s for s in discovered() if s not in NOT_BENCHMARKS])
+def test_smoke(script: str, tmp_path: Path):
+    """The script runs with --smoke and prints what it should."""
+    assert script in CHECKS, f"{script} has no smoke check in this module"
+    source = (ROOT / "benchmarks" / script).read_text(encoding="utf-8")
+    assert "--smoke" in source.split('"""', 2)[1] if script.endswith(".py") else "--smoke" in source, \
+        f"{script}'s docstring / usage does not mention --smoke"
+    CHECKS[script](tmp_path)
