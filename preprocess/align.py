@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,6 +32,14 @@ TOKEN_STRINGS: dict[str, str] = {
     "audio_start": "<|audio_start|>",
     "audio_end": "<|audio_end|>",
 }
+
+
+class TokenizerLike(Protocol):
+    """What `PlaceholderIds.from_tokenizer` calls on a tokenizer (a transformers tokenizer has both)."""
+
+    def convert_tokens_to_ids(self, tokens: str, /) -> int | list[int]: ...
+
+    def __call__(self, text: str, /, *, add_special_tokens: bool) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,14 @@ class PlaceholderIds:
         return cls(**values, newline=tuple(int(i) for i in newline))
 
     @classmethod
-    def from_tokenizer(cls, tokenizer) -> PlaceholderIds:
+    def from_tokenizer(cls, tokenizer: TokenizerLike) -> PlaceholderIds:
         """Any tokenizer with `convert_tokens_to_ids` and `__call__(text, add_special_tokens=False)`."""
-        ids = {name: tokenizer.convert_tokens_to_ids(text) for name, text in TOKEN_STRINGS.items()}
+        ids: dict[str, int] = {}
+        for name, text in TOKEN_STRINGS.items():
+            token_id = tokenizer.convert_tokens_to_ids(text)
+            if isinstance(token_id, list):      # one token string is one id; the signature allows a list
+                raise TypeError(f"the tokenizer gave {token_id!r} for the one token {text}")
+            ids[name] = token_id
         newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
         return cls.from_mapping(ids, newline)
 

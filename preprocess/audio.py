@@ -88,12 +88,14 @@ class MonoResampler:
         self.source_sample_rate_hz = 0
         self.source_channels = 0
 
-    def _setup(self, frame: av.AudioFrame) -> None:
+    def _setup(self, frame: av.AudioFrame) -> av.AudioResampler:
+        """The resamplers for the first frame's layout and rate; returns the float converter."""
         self.source_sample_rate_hz, self.source_channels = frame.sample_rate, frame.layout.nb_channels
         # Same layout and rate: a pure sample-format conversion, no rematrix, no resampling yet.
         self._to_float = av.AudioResampler(format="fltp", layout=frame.layout, rate=frame.sample_rate)
         if frame.sample_rate != SAMPLE_RATE_HZ:
             self._to_16k = av.AudioResampler(format="fltp", layout="mono", rate=SAMPLE_RATE_HZ)
+        return self._to_float
 
     def _push_mono(self, mono: np.ndarray | None) -> None:
         if self._to_16k is None:
@@ -112,9 +114,8 @@ class MonoResampler:
                                              f"over {self._limit_name}={self._limit_value:g}")
 
     def add(self, frame: av.AudioFrame) -> None:
-        if self._to_float is None:
-            self._setup(frame)
-        for planar in self._to_float.resample(frame):
+        to_float = self._to_float if self._to_float is not None else self._setup(frame)
+        for planar in to_float.resample(frame):
             self._push_mono(np.ascontiguousarray(planar.to_ndarray().mean(axis=0, dtype=np.float32)))
 
     def add_mono(self, mono: np.ndarray, sample_rate_hz: int) -> None:

@@ -38,6 +38,7 @@ def decode_media(items: Sequence[MediaItem], limits: MediaLimits = MediaLimits()
                  policy: VideoFramePolicy = VideoFramePolicy()) -> DecodedMedia:
     """All items of a request, in order; the first bad item raises (typed `MediaError` carrying it)."""
     check_request(items, limits)
-    decoded = {slot: tuple(decode_item(item, limits, policy) for item in items if item.slot == slot)
-               for slot in ("images", "audio", "videos")}
-    return DecodedMedia(**decoded)
+    images = tuple(decode_image(item, limits) for item in items if item.slot == "images")
+    audio = tuple(decode_audio(item, limits) for item in items if item.slot == "audio")
+    videos = tuple(decode_video(item, limits, policy) for item in items if item.slot == "videos")
+    return DecodedMedia(images, audio, videos)

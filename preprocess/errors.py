@@ -7,13 +7,17 @@ Knows nothing of HTTP: the status codes live in `api/http/errors.py` (415 unsupp
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from preprocess.item import MediaItem
 
+# What `__reduce__` returns for an error: `rebuild_error` and its arguments.
+Reduction = tuple[Callable[..., BaseException], tuple[type[BaseException], tuple[Any, ...], dict[str, Any]]]
 
-def rebuild_error(cls: type[BaseException], args: tuple, state: dict[str, Any]) -> BaseException:
+
+def rebuild_error(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
     """Unpickle an error whole, whatever its constructor takes (errors cross process boundaries in a cluster:
     `Exception`'s own pickling calls `cls(*args)`, which breaks for constructors with other parameters)."""
     error = cls.__new__(cls)
@@ -33,7 +37,7 @@ class MediaError(Exception):
         self.raw = raw          # the library's own words (errno, class names): for the server log, never the caller
         super().__init__(f"{item.label}: {self.message}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Reduction:
         """Pickled whole, without the item's bytes (the message and the table need only its name and origin)."""
         state = {**self.__dict__, "item": dataclasses.replace(self.item, data=b"")}
         return rebuild_error, (type(self), self.args, state)

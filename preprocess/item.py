@@ -26,7 +26,7 @@ class MediaItem:
     declared_type: str | None = None   # what the caller said it is (informational: formats are sniffed)
     origin: str | None = None          # how it was sent, when not as `slot[index]` ("--image unit.png")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.slot not in SLOTS:
             raise ValueError(f"unknown media slot {self.slot!r} (one of {', '.join(SLOTS)})")
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # transformers is imported when a checkpoint is loaded, not when this module is
+    from transformers import PreTrainedTokenizerBase, Qwen2VLImageProcessorPil, WhisperFeatureExtractor
 
 IMAGE_PROCESSOR_KEYS = ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels", "image_mean",
                         "image_std", "rescale_factor", "do_resize", "do_rescale", "do_normalize", "do_convert_rgb", "size")
@@ -23,9 +26,9 @@ SPECIAL_TOKEN_NAMES = {"image_pad": "<|image_pad|>", "video_pad": "<|video_pad|>
 
 @dataclass(frozen=True)
 class ProcessorParts:
-    tokenizer: Any
-    image_processor: Any
-    feature_extractor: Any
+    tokenizer: PreTrainedTokenizerBase
+    image_processor: Qwen2VLImageProcessorPil
+    feature_extractor: WhisperFeatureExtractor
     special_ids: dict[str, int]
     newline_ids: tuple[int, ...]
 
@@ -34,7 +37,7 @@ class ProcessorConfigError(Exception):
     """The checkpoint's tokenizer or processor files are missing or unreadable."""
 
 
-def _sections(directory: Path) -> tuple[dict, dict]:
+def _sections(directory: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     combined = directory / "processor_config.json"
     if combined.is_file():
         data = json.loads(combined.read_text())
@@ -58,8 +61,14 @@ def load_processor_parts(directory: str | Path) -> ProcessorParts:
     image_processor = Qwen2VLImageProcessorPil(**{k: v for k, v in image_section.items() if k in IMAGE_PROCESSOR_KEYS})
     feature_extractor = WhisperFeatureExtractor(
         **{k: v for k, v in audio_section.items() if k in FEATURE_EXTRACTOR_KEYS})
-    special_ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in SPECIAL_TOKEN_NAMES.items()}
-    unknown = [name for name, i in special_ids.items() if i is None or i == tokenizer.unk_token_id]
+    special_ids: dict[str, int] = {}
+    unknown: list[str] = []
+    for name, token in SPECIAL_TOKEN_NAMES.items():
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            special_ids[name] = token_id
+        else:           # None (some tokenizers), or the unknown token's id
+            unknown.append(name)
     if unknown:
         raise ProcessorConfigError(f"tokenizer lacks the multimodal special tokens: {', '.join(unknown)}")
     newline_ids = tuple(tokenizer("\n", add_special_tokens=False).input_ids)

@@ -42,7 +42,7 @@ class MediaLimits:
     # How far past a duration limit decoding may go before the item is refused (headers that lie, rounding).
     decode_slack_seconds: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """The one check of these values: every limit is positive (the slack may be 0)."""
         for name, value in vars(self).items():
             if not (value >= 0 if name == "decode_slack_seconds" else value > 0):

@@ -5,7 +5,7 @@ The only module that calls the checkpoint's processor classes (passed in; nothin
 * images: the checkpoint's `Qwen2VLImageProcessorPil` with the reference size `IMAGE_SIZE` (smart resize to
   multiples of 32 within [65,536, 1,048,576] px, bicubic, normalise, patchify): `pixel_values`, `image_grid_thw`.
 * audio: ONE `WhisperFeatureExtractor` call over all clips (standalone clips first, then the soundtracks of heard
-  videos), `padding=True, truncation=False, return_attention_mask=True` as the reference:
+  videos), `padding="longest"` (the reference's `padding=True`), `truncation=False, return_attention_mask=True`:
   `input_features` (N, 128, T), `feature_attention_mask` (N, T). Token counts come from the mask.
   When the longest clip is too short for the torch STFT the extractor picks when torch is installed (its centred
   reflect pad of n_fft/2 = 200 needs 201 samples), the same extractor's numpy path computes the features (its
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -38,6 +39,10 @@ from preprocess.audio import SAMPLE_RATE_HZ, DecodedAudio
 from preprocess.image import DecodedImage
 from preprocess.video import DecodedVideo
 
+if TYPE_CHECKING:   # the classes of the processors passed in; nothing here imports transformers
+    from transformers import BatchFeature, Qwen2VLImageProcessorPil, WhisperFeatureExtractor
+
+T = TypeVar("T")
 IMAGE_SIZE = {"shortest_edge": 65_536, "longest_edge": 1_048_576}  # reference (JSM IMAGE_SIZE), in pixels
 VIDEO_FPS = 2.0
 
@@ -68,7 +73,8 @@ def _samples(clip: DecodedAudio | np.ndarray) -> np.ndarray:
     return clip.samples if isinstance(clip, DecodedAudio) else np.asarray(clip, dtype=np.float32)
 
 
-def encode_images(images: Sequence[DecodedImage | np.ndarray], image_processor) -> tuple[dict, list[int]]:
+def encode_images(images: Sequence[DecodedImage | np.ndarray],
+                  image_processor: Qwen2VLImageProcessorPil) -> tuple[dict[str, torch.Tensor], list[int]]:
     """RGB (H, W, 3) uint8 images -> {pixel_values (P, C*tp*ps*ps) float32, image_grid_thw (N, 3)}, tokens."""
     if not images:
         return {}, []
@@ -80,12 +86,13 @@ def encode_images(images: Sequence[DecodedImage | np.ndarray], image_processor) 
     return {"pixel_values": out["pixel_values"], "image_grid_thw": grids}, tokens
 
 
-def encode_audio(clips: Sequence[np.ndarray], feature_extractor, n_window: int = 50) -> tuple[dict, list[int]]:
+def encode_audio(clips: Sequence[np.ndarray], feature_extractor: WhisperFeatureExtractor,
+                 n_window: int = 50) -> tuple[dict[str, torch.Tensor], list[int]]:
     """16 kHz mono float32 clips -> {input_features (N, mel, T), feature_attention_mask (N, T)}, tokens."""
     if not clips:
         return {}, []
     if max(len(clip) for clip in clips) > feature_extractor.n_fft // 2:
-        out = feature_extractor(list(clips), sampling_rate=SAMPLE_RATE_HZ, padding=True, truncation=False,
+        out = feature_extractor(list(clips), sampling_rate=SAMPLE_RATE_HZ, padding="longest", truncation=False,
                                 return_attention_mask=True, return_tensors="pt")
     else:
         out = _numpy_path_features(clips, feature_extractor)
@@ -94,7 +101,7 @@ def encode_audio(clips: Sequence[np.ndarray], feature_extractor, n_window: int =
     return {"input_features": out["input_features"], "feature_attention_mask": mask}, tokens
 
 
-def _numpy_path_features(clips: Sequence[np.ndarray], feature_extractor):
+def _numpy_path_features(clips: Sequence[np.ndarray], feature_extractor: WhisperFeatureExtractor) -> BatchFeature:
     """What the extractor's `__call__` returns for `clips` (same arguments as `encode_audio`) when torch is not
     installed: its own `pad`, `_np_extract_fbank_features` and attention-mask rescale, steps in `__call__`'s order.
 
@@ -102,8 +109,10 @@ def _numpy_path_features(clips: Sequence[np.ndarray], feature_extractor):
     reflect pad repeats the reflection, so 160..200 samples give one frame. Below one hop (160) there is none, and
     the extractor raises: `omni.model.media` refuses such a request before it gets here.
     """
-    batch = {"input_features": [np.asarray(clip, dtype=np.float32)[:, None] for clip in clips]}
-    out = feature_extractor.pad(batch, padding=True, max_length=feature_extractor.n_samples, truncation=False,
+    from transformers import BatchFeature  # loaded already: the extractor passed in is one of its classes
+
+    batch = BatchFeature({"input_features": [np.asarray(clip, dtype=np.float32)[:, None] for clip in clips]})
+    out = feature_extractor.pad(batch, padding="longest", max_length=feature_extractor.n_samples, truncation=False,
                                 return_attention_mask=True)
     waveforms = out["input_features"].transpose(2, 0, 1)[0]
     out["input_features"] = feature_extractor._np_extract_fbank_features(waveforms, "cpu")
@@ -137,7 +146,7 @@ def patchify_frames(frames: np.ndarray, patch_size: int = 16, temporal_patch_siz
         grid_t, grid_h, grid_w)
 
 
-def normalize_patches(patches_u8: np.ndarray, image_processor) -> torch.Tensor:
+def normalize_patches(patches_u8: np.ndarray, image_processor: Qwen2VLImageProcessorPil) -> torch.Tensor:
     """uint8 patches (rows, C*tp*ps*ps) -> float32 (x * rescale - mean[c]) / std[c], like the HF processors."""
     channels = len(image_processor.image_mean)
     x = torch.from_numpy(patches_u8).to(torch.float32)
@@ -148,13 +157,22 @@ def normalize_patches(patches_u8: np.ndarray, image_processor) -> torch.Tensor:
     return x
 
 
-def encode_videos(videos: Sequence[DecodedVideo], image_processor) -> tuple[dict, list[tuple[int, int, int]]]:
+def encode_videos(videos: Sequence[DecodedVideo], image_processor: Qwen2VLImageProcessorPil
+                  ) -> tuple[dict[str, torch.Tensor], list[tuple[int, int, int]]]:
     """Decoded videos -> {pixel_values_videos, video_grid_thw, video_second_per_grid}, grids."""
     items = [encode_item(video, "videos", image_processor) for video in videos]
-    return {**_video_layout(items), **_video_pixels(items, image_processor)}, [item.grid for item in items]
+    grids = [_present(item.grid, "a video's grid") for item in items]
+    return {**_video_layout(items), **_video_pixels(items, image_processor)}, grids
 
 
-def _video_layout(videos: Sequence[ItemEncoding]) -> dict:
+def _present(value: T | None, what: str) -> T:
+    """`value`, which `encode_item` always sets for the slot it is read for."""
+    if value is None:
+        raise ValueError(f"{what} is missing: not an ItemEncoding made by encode_item for this slot")
+    return value
+
+
+def _video_layout(videos: Sequence[ItemEncoding]) -> dict[str, torch.Tensor]:
     """What position ids need of the videos: their grids and seconds per temporal grid."""
     if not videos:
         return {}
@@ -162,20 +180,27 @@ def _video_layout(videos: Sequence[ItemEncoding]) -> dict:
             "video_second_per_grid": torch.tensor([v.seconds_per_grid for v in videos], dtype=torch.float32)}
 
 
-def _video_pixels(videos: Sequence[ItemEncoding], image_processor) -> dict:
+def _video_pixels(videos: Sequence[ItemEncoding],
+                  image_processor: Qwen2VLImageProcessorPil) -> dict[str, torch.Tensor]:
     """The videos' patches, normalised once for all videos together: {pixel_values_videos}."""
     if not videos:
         return {}
-    patches = np.concatenate([v.patches.numpy() for v in videos]) if len(videos) > 1 else videos[0].patches.numpy()
+    arrays = [_present(v.patches, "a video's patches").numpy() for v in videos]
+    patches = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
     return {"pixel_values_videos": normalize_patches(patches, image_processor)}
 
 
-def _image_pixels(images: Sequence[ItemEncoding]) -> dict:
-    return {"pixel_values": torch.cat([image.patches for image in images])} if images else {}
+def _image_pixels(images: Sequence[ItemEncoding]) -> dict[str, torch.Tensor]:
+    if not images:
+        return {}
+    return {"pixel_values": torch.cat([_present(image.patches, "an image's pixels") for image in images])}
 
 
-def _video_ids(grids, seconds_per_grid, soundtrack_tokens, heard, ids, merge, position_id_per_seconds):
-    blocks, video_tokens = [], []
+def _video_ids(grids: Sequence[tuple[int, int, int]], seconds_per_grid: Sequence[float],
+               soundtrack_tokens: Sequence[int], heard: bool, ids: align.PlaceholderIds, merge: int,
+               position_id_per_seconds: float) -> tuple[list[int], list[int]]:
+    blocks: list[int] = []
+    video_tokens: list[int] = []
     for index, grid in enumerate(grids):
         video_tokens.append(align.video_tokens_for_grid(grid, merge))
         if heard:
@@ -202,19 +227,26 @@ class ItemEncoding:
     samples: np.ndarray | None = None
 
 
-def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo, slot: str, image_processor) -> ItemEncoding:
-    """A decoded item of `slot` -> its ItemEncoding (the image processor for images, patchify for video frames)."""
-    if slot == "images":
+def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo | np.ndarray, slot: str,
+                image_processor: Qwen2VLImageProcessorPil) -> ItemEncoding:
+    """A decoded item of `slot` -> its ItemEncoding (the image processor for images, patchify for video frames).
+
+    An image may also be a (H, W, 3) uint8 array and an audio clip (n,) float samples at 16 kHz."""
+    if slot == "images" and isinstance(decoded, (DecodedImage, np.ndarray)):
         tensors, _ = encode_images([decoded], image_processor)
-        return ItemEncoding(slot, tensors["pixel_values"], tuple(tensors["image_grid_thw"][0].tolist()))
-    if slot == "audio":
+        grid_t, grid_h, grid_w = (int(n) for n in tensors["image_grid_thw"][0].tolist())
+        return ItemEncoding(slot, tensors["pixel_values"], (grid_t, grid_h, grid_w))
+    if slot == "audio" and isinstance(decoded, (DecodedAudio, np.ndarray)):
         return ItemEncoding(slot, samples=_samples(decoded))
-    patch, temporal, merge = image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size
-    patches, grid = patchify_frames(decoded.frames, patch, temporal, merge)
-    return ItemEncoding(slot, torch.from_numpy(patches), grid, temporal / decoded.fps, decoded.soundtrack)
+    if slot == "videos" and isinstance(decoded, DecodedVideo):
+        patch, temporal = image_processor.patch_size, image_processor.temporal_patch_size
+        patches, grid = patchify_frames(decoded.frames, patch, temporal, image_processor.merge_size)
+        return ItemEncoding(slot, torch.from_numpy(patches), grid, temporal / decoded.fps, decoded.soundtrack)
+    raise TypeError(f"a {type(decoded).__name__} is not an item of the {slot!r} slot")
 
 
-def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_extractor,
+def assemble_media(items: Sequence[ItemEncoding], *, image_processor: Qwen2VLImageProcessorPil,
+                   feature_extractor: WhisperFeatureExtractor,
                    token_ids: align.PlaceholderIds, position_id_per_seconds: float = 13.0,
                    n_window: int = 50) -> EncodedMedia:
     """The ItemEncodings of one request, in prompt order -> its EncodedMedia (ids, thinker kwargs, token counts).
@@ -226,14 +258,17 @@ def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_ex
     images = [item for item in items if item.slot == "images"]
     videos = [item for item in items if item.slot == "videos"]
     heard = align.hear_videos([video.samples for video in videos])
-    clips = [item.samples for item in items if item.slot == "audio"]
-    tracks = [video.samples for video in videos] if heard else []
-    image_tensors, image_tokens = {}, []
+    clips = [_present(item.samples, "an audio clip's samples") for item in items if item.slot == "audio"]
+    tracks = [_present(video.samples, "a heard video's soundtrack") for video in videos] if heard else []
+    image_tensors: dict[str, torch.Tensor] = {}
+    image_tokens: list[int] = []
     if images:
-        image_tensors = {"image_grid_thw": torch.tensor([image.grid for image in images], dtype=torch.int64)}
-        image_tokens = [align.video_tokens_for_grid(image.grid, image_processor.merge_size) for image in images]
+        image_grids = [_present(image.grid, "an image's grid") for image in images]
+        image_tensors = {"image_grid_thw": torch.tensor(image_grids, dtype=torch.int64)}
+        image_tokens = [align.video_tokens_for_grid(grid, image_processor.merge_size) for grid in image_grids]
     audio_tensors, all_audio_tokens = encode_audio(clips + tracks, feature_extractor, n_window)
-    video_tensors, grids = _video_layout(videos), [video.grid for video in videos]
+    video_tensors = _video_layout(videos)
+    grids = [_present(video.grid, "a video's grid") for video in videos]
     audio_tokens, track_tokens = all_audio_tokens[:len(clips)], all_audio_tokens[len(clips):]
     ids: list[int] = []
     for count in image_tokens:
@@ -253,7 +288,8 @@ def assemble_media(items: Sequence[ItemEncoding], *, image_processor, feature_ex
 
 def encode_media(images: Sequence[DecodedImage | np.ndarray] = (),
                  audio_clips: Sequence[DecodedAudio | np.ndarray] = (),
-                 videos: Sequence[DecodedVideo] = (), *, image_processor, feature_extractor,
+                 videos: Sequence[DecodedVideo] = (), *, image_processor: Qwen2VLImageProcessorPil,
+                 feature_extractor: WhisperFeatureExtractor,
                  token_ids: align.PlaceholderIds, position_id_per_seconds: float = 13.0,
                  n_window: int = 50) -> EncodedMedia:
     """Decoded media of one request -> EncodedMedia: `encode_item` for each, then `assemble_media`."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import av
 import numpy as np
@@ -102,7 +103,8 @@ def _rotation_degrees(frame: av.VideoFrame, stream: av.video.stream.VideoStream)
 class _FrameSampler:
     """Keeps, for each tick k/fps (from the first frame), the nearest decoded frame, scaled once, upright."""
 
-    def __init__(self, item: MediaItem, limits: MediaLimits, policy: VideoFramePolicy, stream):
+    def __init__(self, item: MediaItem, limits: MediaLimits, policy: VideoFramePolicy,
+                 stream: av.video.stream.VideoStream):
         self.item, self.limits, self.policy, self.stream = item, limits, policy, stream
         self.max_seconds = limits.max_video_seconds + limits.decode_slack_seconds
         self.max_decoded = int(self.max_seconds * limits.max_video_source_fps) + 1
@@ -128,8 +130,10 @@ class _FrameSampler:
         self.size = frame_size(height, width, self.policy)
 
     def _time_s(self, frame: av.VideoFrame) -> float:
-        if frame.time is not None:
-            return float(frame.time)
+        # PyAV's stub types VideoFrame.time as float, but it is None for a frame without a timestamp.
+        frame_time_s = cast("float | None", frame.time)
+        if frame_time_s is not None:
+            return float(frame_time_s)
         rate = self.stream.average_rate or self.stream.guessed_rate
         if not rate:
             raise CorruptMedia(self.item, "video frames carry no timestamps and the stream no frame rate")
@@ -138,10 +142,11 @@ class _FrameSampler:
     def _pixels(self, frame: av.VideoFrame) -> np.ndarray:
         if self._cache is not None and self._cache[0] is frame:
             return self._cache[1]
+        assert self.size is not None, "set by _setup on the first frame, before any frame is kept"
         height, width = self.size
         if self.rotation % 180:
             height, width = width, height
-        array = frame.to_ndarray(format="rgb24", width=width, height=height,
+        array: np.ndarray = frame.to_ndarray(format="rgb24", width=width, height=height,
                                  interpolation=self.policy.interpolation)
         if self.rotation:
             array = np.ascontiguousarray(np.rot90(array, k=self.rotation // 90))
@@ -173,8 +178,9 @@ class _FrameSampler:
             return  # out-of-order timestamp: ignore rather than go back in time
         while t + _TIME_EPS_S >= len(self.frames) / self.policy.fps:
             tick = len(self.frames) / self.policy.fps
-            prev_closer = self._prev is not None and (tick - self._prev[1]) < (t - tick) - _TIME_EPS_S
-            self._keep(self._prev[0] if prev_closer else frame)
+            prev = self._prev
+            prev_closer = prev is not None and (tick - prev[1]) < (t - tick) - _TIME_EPS_S
+            self._keep(prev[0] if prev is not None and prev_closer else frame)
         self._prev = (frame, t)
 
 
@@ -186,7 +192,9 @@ def _align(samples: np.ndarray, audio_start_s: float, video_start_s: float) -> n
 
 
 class _Soundtrack:
-    def __init__(self, item: MediaItem, limits: MediaLimits):
+    """The soundtrack of a video: 16 kHz mono samples and the time its first frame starts at."""
+
+    def __init__(self, item: MediaItem, limits: MediaLimits) -> None:
         max_seconds = limits.max_video_seconds + limits.decode_slack_seconds
         self.resampler = MonoResampler(item, max_seconds, "max_video_seconds", limits.max_video_seconds)
         self.start_s: float | None = None
@@ -203,14 +211,15 @@ class _Soundtrack:
         return samples if len(samples) >= HEARABLE_SAMPLES else None   # shorter: a video without a soundtrack
 
 
-def _streams(container, item: MediaItem):
+def _streams(container: av.container.InputContainer,
+             item: MediaItem) -> tuple[av.video.stream.VideoStream, av.audio.stream.AudioStream | None]:
     pictures = [s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
     if not pictures:
         raise UnsupportedMedia(item, "no video stream (cover art alone is not a video)")
     return pictures[0], next(iter(container.streams.audio), None)
 
 
-def _check_header(video, container, item: MediaItem, limits: MediaLimits) -> None:
+def _check_header(video: av.video.stream.VideoStream, container: av.container.InputContainer, item: MediaItem, limits: MediaLimits) -> None:
     width, height = video.codec_context.width, video.codec_context.height
     if width * height > limits.max_video_frame_pixels:
         raise MediaTooLarge(item, f"{width}x{height} frames over max_video_frame_pixels="
@@ -221,7 +230,8 @@ def _check_header(video, container, item: MediaItem, limits: MediaLimits) -> Non
                                    f"{limits.max_video_seconds:g}")
 
 
-def _demux(container, video, audio, sampler: _FrameSampler, soundtrack: _Soundtrack | None) -> int:
+def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
+           audio: av.audio.stream.AudioStream | None, sampler: _FrameSampler, soundtrack: _Soundtrack | None) -> int:
     """One pass over both streams; returns how many packets failed to decode (and were skipped)."""
     bad_packets = 0
     for packet in container.demux(*[s for s in (video, audio) if s is not None]):
@@ -231,9 +241,9 @@ def _demux(container, video, audio, sampler: _FrameSampler, soundtrack: _Soundtr
             bad_packets += 1
             continue
         for frame in frames:
-            if packet.stream.type == "video":
+            if isinstance(frame, av.VideoFrame):        # a frame of `video`
                 sampler.add(frame)
-            else:
+            elif isinstance(frame, av.AudioFrame) and soundtrack is not None:   # of `audio` (then a soundtrack)
                 soundtrack.add(frame)
     return bad_packets
 
