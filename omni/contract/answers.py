@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from omni.contract.errors import InferenceFailed
+from omni.contract.json_values import JSONObject
 from omni.contract.types import Question
 
 
@@ -59,7 +60,7 @@ def confidence_of(question_type: str, p: np.ndarray, formula: str) -> float:
 
 
 def answer_question(question: Question, head_order_probabilities: Sequence[float], *, confidence: str = "clef",
-                    decimals: int = 4) -> dict:
+                    decimals: int = 4) -> JSONObject:
     """One System One answer; `head_order_probabilities` follow `question.prompt_options`."""
     values = np.asarray(head_order_probabilities, dtype=np.float64)
     if values.shape != (len(question.options),) or not np.all(np.isfinite(values)) or values.sum() <= 0:
@@ -83,7 +84,7 @@ def answer_question(question: Question, head_order_probabilities: Sequence[float
 
 
 def build_answers(questions: Sequence[Question], probabilities: Sequence[Sequence[float]], *,
-                  confidence: str = "clef", decimals: int = 4) -> dict[str, dict]:
+                  confidence: str = "clef", decimals: int = 4) -> dict[str, JSONObject]:
     """All answers, keyed by question id in request order."""
     answers = {q.id: answer_question(q, p, confidence=confidence, decimals=decimals)
                for q, p in zip(questions, probabilities)}

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from omni.contract.json_values import JSONObject
 
-def read_batch_output(path: str | Path) -> dict[int, dict]:
+
+def read_batch_output(path: str | Path) -> dict[int, JSONObject]:
     """Line number -> its last record; unreadable records (a torn last write) are skipped."""
-    records: dict[int, dict] = {}
+    records: dict[int, JSONObject] = {}
     path = Path(path)
     if not path.exists():
         return records

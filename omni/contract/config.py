@@ -53,7 +53,7 @@ class EngineConfig:
     media: MediaLimits = field(default_factory=MediaLimits)
     cache_dir: str | None = None            # where the embedded tiny default is built; None = ~/.cache/omni-decide
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.confidence not in CONFIDENCE_FORMULAS:
             raise ConfigError(f"confidence must be one of {CONFIDENCE_FORMULAS}, not {self.confidence!r}")
         for names, low in ((_AT_LEAST_ONE, 1), (_AT_LEAST_TWO, 2), (_NOT_NEGATIVE, 0)):

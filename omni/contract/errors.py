@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from preprocess.errors import (
     MediaError,  # noqa: F401  (re-exported: media faults are request faults too)
+    Reduction,
     rebuild_error,
 )
 
-Loc = tuple  # a field path such as ("questions", "q1", "criteria")
+Loc = tuple[str | int, ...]  # a field path such as ("questions", "q1", "criteria") or ("images", 0)
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class OmniError(Exception):
     """Base class of every error the core raises on purpose. Pickles whole (every subclass, whatever its
     constructor takes): a cluster replica sends its errors back to the HTTP edge."""
 
-    def __reduce__(self):
+    def __reduce__(self) -> Reduction:
         return rebuild_error, (type(self), self.args, dict(self.__dict__))
 
 
@@ -47,13 +48,13 @@ class InvalidRequest(OmniError):
 class Issues:
     """Collects every problem of a body, so that all of them are reported together (`raise_if_any`)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.issues: list[Issue] = []
 
-    def add(self, loc, msg: str, type_: str = "value_error") -> None:
+    def add(self, loc: Loc, msg: str, type_: str = "value_error") -> None:
         self.issues.append(Issue(tuple(loc), msg, type_))
 
-    def count(self, loc, n: int, minimum: int, maximum: int, container: str) -> None:
+    def count(self, loc: Loc, n: int, minimum: int, maximum: int, container: str) -> None:
         """Pydantic-style too_short / too_long messages for a map ("Dictionary") or a list ("List")."""
         for bound, word, kind, broken in ((minimum, "least", "too_short", n < minimum),
                                           (maximum, "most", "too_long", n > maximum)):

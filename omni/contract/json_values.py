@@ -10,7 +10,12 @@ import json
 import math
 from typing import Any
 
-from omni.contract.errors import InvalidRequest
+from omni.contract.errors import InvalidRequest, Loc
+
+# A parsed JSON document or any part of it: dict / list / str / int / float / bool / None, nested to any depth.
+# `Any`, because the shape is checked at run time (the request parser), not by the type checker.
+JSONValue = Any
+JSONObject = dict[str, JSONValue]       # a JSON object: a request body, an answer, a record of a JSONL file
 
 MAX_JSON_DEPTH = 64     # nesting of state / instructions / descriptions; deeper is refused, never a RecursionError
 
@@ -30,7 +35,7 @@ def _no_constant(name: str) -> float:
     raise NonFiniteNumber(f"{name} is not a JSON number")
 
 
-def load_json(data: bytes | str, loc=()) -> Any:
+def load_json(data: bytes | str, loc: Loc = ()) -> JSONValue:
     """Parse a JSON document from a caller; every way it can be unreadable is an InvalidRequest (json_invalid).
 
     NaN, Infinity and numbers that overflow a float (1e999) are refused here, wherever they are in the document:
@@ -50,13 +55,13 @@ def load_json(data: bytes | str, loc=()) -> Any:
     raise InvalidRequest.one(tuple(loc), f"JSON decode error: {problem}", "json_invalid")
 
 
-def json_value_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+def json_value_problem(value: JSONValue, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why a JSON value cannot be rendered into the prompt or echoed in an answer (too deep, text that is not valid
     Unicode, a number that is not finite), else None.
 
     Iterative, so a hostile depth cannot exhaust the stack while it is being checked.
     """
-    stack = [(value, 1)]
+    stack: list[tuple[JSONValue, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):

@@ -19,9 +19,9 @@ import binascii
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from omni.contract.errors import Issues
+from omni.contract.errors import Issues, Loc
+from omni.contract.json_values import JSONValue
 from omni.contract.types import Part
 from preprocess.item import SLOT_OF_KIND, SLOTS, MediaItem
 
@@ -35,7 +35,7 @@ _FILE_KINDS = (("data:image/", "image"), ("data:audio/", "audio"), ("data:video/
 class _Slots:
     """The items of each slot as they are added; an item's index is its position in its slot."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.items: dict[str, list[MediaItem | None]] = {slot: [] for slot in SLOTS}
 
     def add(self, slot: str, data: bytes | None, declared: str | None = None, origin: str | None = None) -> int:
@@ -48,7 +48,8 @@ class _Slots:
         return [item for slot in SLOTS for item in self.items[slot] if item is not None]
 
 
-def collect_media(body: Mapping, parts: Sequence[Part], issues: Issues) -> tuple[list[MediaItem], dict[str, str]]:
+def collect_media(body: Mapping[str, JSONValue], parts: Sequence[Part],
+                  issues: Issues) -> tuple[list[MediaItem], dict[str, str]]:
     """(every media item in prompt order, placeholder -> replacement text). Problems go to `issues`."""
     slots = _Slots()
     for slot in SLOTS:
@@ -60,8 +61,8 @@ def collect_media(body: Mapping, parts: Sequence[Part], issues: Issues) -> tuple
             issues.add(("files", i), "send a base64 data URL (data:image/..., data:audio/... or data:video/...;"
                        "base64,...)", "value_error")
             continue
-        slots.add(SLOT_OF_KIND[kind], *(decode_media_item(item, ("files", i), issues) or (None, None)),
-                  origin=f"files[{i}]")
+        data, declared = decode_media_item(item, ("files", i), issues) or (None, None)
+        slots.add(SLOT_OF_KIND[kind], data, declared, origin=f"files[{i}]")
     named = [p for p in parts if p.name not in SLOTS]
     for name, n in Counter(p.name for p in named).items():
         if n > 1:
@@ -80,7 +81,8 @@ def collect_media(body: Mapping, parts: Sequence[Part], issues: Issues) -> tuple
     return slots.all(), replacements
 
 
-def _assets(body: Mapping, parts: dict[str, Part], slots: _Slots, issues: Issues) -> tuple[dict[str, str], set[str]]:
+def _assets(body: Mapping[str, JSONValue], parts: dict[str, Part], slots: _Slots,
+            issues: Issues) -> tuple[dict[str, str], set[str]]:
     """TypeSafe assets -> images; (placeholder -> `[image N]`, the part names claimed)."""
     if "assets" not in body:
         return {}, set()
@@ -115,7 +117,7 @@ def _assets(body: Mapping, parts: dict[str, Part], slots: _Slots, issues: Issues
     return replacements, claimed
 
 
-def _asset_part(name: Any, parts: dict[str, Part], claimed: set[str], loc: tuple, issues: Issues) -> bytes | None:
+def _asset_part(name: JSONValue, parts: dict[str, Part], claimed: set[str], loc: Loc, issues: Issues) -> bytes | None:
     if not isinstance(name, str) or not name:
         issues.add(loc + ("part",), "part must be the non-empty name of a part sent with the request", "string_type")
     elif name not in parts:
@@ -136,7 +138,7 @@ def _declared(parts: dict[str, Part], name: str) -> str | None:
     return None if content_type in GENERIC_TYPES else content_type
 
 
-def _asset_base64(asset: dict, loc: tuple, issues: Issues) -> tuple[bytes, str | None] | None:
+def _asset_base64(asset: dict[str, JSONValue], loc: Loc, issues: Issues) -> tuple[bytes, str | None] | None:
     fmt = str(asset.get("format") or "").lower()
     if not isinstance(asset.get("data_base64"), str):
         issues.add(loc + ("data_base64",), "Field required (or `part` in a multipart request)", "missing")
@@ -148,7 +150,7 @@ def _asset_base64(asset: dict, loc: tuple, issues: Issues) -> tuple[bytes, str |
     return None
 
 
-def decode_media_item(item: Any, loc: tuple, issues: Issues) -> tuple[bytes, str | None] | None:
+def decode_media_item(item: JSONValue, loc: Loc, issues: Issues) -> tuple[bytes, str | None] | None:
     """A data URL or `{content_type, base64}` -> (bytes, declared type). URLs and paths are refused."""
     if isinstance(item, dict):
         content_type, payload = item.get("content_type"), item.get("base64")
@@ -177,7 +179,7 @@ def decode_media_item(item: Any, loc: tuple, issues: Issues) -> tuple[bytes, str
     return data, content_type
 
 
-def _as_list(value: Any, loc: tuple, issues: Issues) -> list:
+def _as_list(value: JSONValue, loc: Loc, issues: Issues) -> list[JSONValue]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -186,12 +188,12 @@ def _as_list(value: Any, loc: tuple, issues: Issues) -> list:
     return value
 
 
-def _data_url_kind(item: Any) -> str | None:
+def _data_url_kind(item: JSONValue) -> str | None:
     head = item[:40].lower() if isinstance(item, str) else ""
     return next((kind for prefix, kind in _FILE_KINDS if head.startswith(prefix)), None)
 
 
-def replace_placeholders(value: Any, replacements: dict[str, str]) -> Any:
+def replace_placeholders(value: JSONValue, replacements: dict[str, str]) -> JSONValue:
     """A copy of `value` with each placeholder replaced inside its strings (object keys are never scanned)."""
     if not replacements:
         return value

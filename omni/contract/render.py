@@ -13,17 +13,17 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Sequence
-from typing import Any
 
+from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.types import NOUL_DEFAULT_FALSE, NOUL_DEFAULT_TRUE, DecisionRequest, Question
 from preprocess.item import SLOTS, MediaItem
 
 MIME = re.compile(r"[\w.+-]+/[\w.+-]+")
 
 
-def render_question(question: Question) -> dict[str, Any]:
+def render_question(question: Question) -> JSONObject:
     """One question as the wire writes it (criteria only where they carry something)."""
-    wire: dict[str, Any] = {"type": question.type}
+    wire: JSONObject = {"type": question.type}
     if question.instructions is not None:
         wire["instructions"] = question.instructions
     if question.type == "noul":
@@ -45,12 +45,12 @@ def data_url(item: MediaItem) -> str:
     return f"data:{mime};base64,{base64.b64encode(item.data).decode()}"
 
 
-def render_request(request: DecisionRequest, media_entries: Sequence[Any] | None = None) -> dict[str, Any]:
+def render_request(request: DecisionRequest, media_entries: Sequence[JSONValue] | None = None) -> JSONObject:
     """The body of `request`; `media_entries[i]` stands for `request.media[i]` (default: data URLs)."""
     entries = list(media_entries) if media_entries is not None else [data_url(m) for m in request.media]
     if len(entries) != len(request.media):
         raise ValueError(f"{len(entries)} media entries for {len(request.media)} media items")
-    body: dict[str, Any] = {"state": request.state,
+    body: JSONObject = {"state": request.state,
                             "questions": {q.id: render_question(q) for q in request.questions}}
     if request.model is not None:
         body["model"] = request.model

@@ -9,11 +9,10 @@ Knows nothing of HTTP, pydantic, torch or the model. Never fetches URLs or reads
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from omni.contract.config import EngineConfig
-from omni.contract.errors import InvalidRequest, Issues, UnknownModel
-from omni.contract.json_values import json_value_problem
+from omni.contract.errors import InvalidRequest, Issues, Loc, UnknownModel
+from omni.contract.json_values import JSONValue, json_value_problem
 from omni.contract.media_forms import collect_media, replace_placeholders
 from omni.contract.types import (
     ISOLATION_MODES,
@@ -27,17 +26,17 @@ from omni.contract.types import (
 )
 
 
-def _shown(value: Any, limit: int = 60) -> str:
+def _shown(value: JSONValue, limit: int = 60) -> str:
     """A caller's value as a message quotes it: its repr, cut to `limit` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _is_entry(value: Any) -> bool:
+def _is_entry(value: JSONValue) -> bool:
     return isinstance(value, (str, dict, list))
 
 
-def _noul_options(criteria: Any, loc, issues: Issues) -> tuple[Option, ...]:
+def _noul_options(criteria: JSONValue, loc: Loc, issues: Issues) -> tuple[Option, ...]:
     descriptions = {"true": NOUL_DEFAULT_TRUE, "false": NOUL_DEFAULT_FALSE}
     if criteria is not None:
         if not isinstance(criteria, dict):
@@ -51,7 +50,7 @@ def _noul_options(criteria: Any, loc, issues: Issues) -> tuple[Option, ...]:
     return (Option("true", descriptions["true"]), Option("false", descriptions["false"]))
 
 
-def _choice_options(criteria: Any, loc, config: EngineConfig, issues: Issues) -> tuple[Option, ...]:
+def _choice_options(criteria: JSONValue, loc: Loc, config: EngineConfig, issues: Issues) -> tuple[Option, ...]:
     if criteria is None:
         issues.add(loc, "Field required", "missing")
         return ()
@@ -67,7 +66,7 @@ def _choice_options(criteria: Any, loc, config: EngineConfig, issues: Issues) ->
     return tuple(Option(str(k), v) for k, v in criteria.items())
 
 
-def _score_options(criteria: Any, loc, config: EngineConfig, issues: Issues) -> tuple[Option, ...]:
+def _score_options(criteria: JSONValue, loc: Loc, config: EngineConfig, issues: Issues) -> tuple[Option, ...]:
     if criteria is None:
         issues.add(loc, "Field required", "missing")
         return ()
@@ -82,7 +81,7 @@ def _score_options(criteria: Any, loc, config: EngineConfig, issues: Issues) -> 
     return tuple(Option(str(i), level) for i, level in enumerate(criteria))
 
 
-def _question(qid: str, raw: Any, config: EngineConfig, issues: Issues,
+def _question(qid: str, raw: JSONValue, config: EngineConfig, issues: Issues,
               replacements: dict[str, str]) -> Question | None:
     loc = ("questions", qid)
     if not isinstance(raw, dict):
@@ -114,7 +113,7 @@ def _question(qid: str, raw: Any, config: EngineConfig, issues: Issues,
     return Question(qid, qtype, options, instructions)
 
 
-def _questions(raw: Any, config: EngineConfig, issues: Issues,
+def _questions(raw: JSONValue, config: EngineConfig, issues: Issues,
                replacements: dict[str, str]) -> tuple[Question, ...]:
     if raw is None:
         issues.add(("questions",), "Field required", "missing")
@@ -146,7 +145,7 @@ def served_model(name: str | None, config: EngineConfig) -> str:
     raise UnknownModel(name, accepted)
 
 
-def parse_request(body: Any, config: EngineConfig, parts: Sequence[Part] = ()) -> DecisionRequest:
+def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] = ()) -> DecisionRequest:
     """Validate a System One body and the parts sent beside it; unknown top-level fields are ignored.
 
     Raises InvalidRequest with every issue of the body, then UnknownModel for a model this server does not serve.

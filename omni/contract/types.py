@@ -7,8 +7,9 @@ errors carry it and `preprocess` may not import `omni`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from omni.contract.json_values import JSONObject, JSONValue
 from preprocess.item import MediaItem
 
 QuestionType = Literal["noul", "choice", "score"]
@@ -28,7 +29,7 @@ class Option:
     """One allowed answer. `description` is any JSON value; None means "no description" (omitted from the prompt)."""
 
     id: str
-    description: Any = None
+    description: JSONValue = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Question:
     id: str
     type: QuestionType
     options: tuple[Option, ...]
-    instructions: Any = None
+    instructions: JSONValue = None
 
     @property
     def prompt_options(self) -> tuple[Option, ...]:
@@ -70,7 +71,7 @@ class Part:
 class DecisionRequest:
     """A validated System One request in core terms."""
 
-    state: Any
+    state: JSONValue
     questions: tuple[Question, ...]
     model: str | None = None
     media: tuple[MediaItem, ...] = ()        # prompt order: images, audio, videos
@@ -90,7 +91,7 @@ class Decision:
     """The engine's answer: System One `answers` (JSON-ready dicts in request key order) plus accounting."""
 
     model: str
-    answers: dict[str, dict]
+    answers: dict[str, JSONObject]
     usage: Usage
     truncated_state_tokens: int = 0          # exact, or estimated when the state was read only as far as it fits
     truncated_state_chars: int = 0           # exact
@@ -99,9 +100,9 @@ class Decision:
     batch_size: int = 1
     cache: dict[str, str] = field(default_factory=dict)    # media / prefix: hit, partial or miss (absent: off)
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "model": self.model,
             "answers": self.answers,
             "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
