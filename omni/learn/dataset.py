@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from omni.contract.config import EngineConfig
-from omni.contract.errors import InvalidRequest, OmniError
-from omni.contract.json_values import load_json
+from omni.contract.errors import InvalidRequest, Loc, OmniError
+from omni.contract.json_values import JSONObject, JSONValue, load_json
 from omni.contract.request import parse_request
 from omni.contract.types import DecisionRequest, Part, Question
 from preprocess.item import SLOTS
@@ -52,11 +51,11 @@ def label_index(question: Question, option_id: str) -> int:
     return [o.id for o in question.prompt_options].index(option_id)
 
 
-def _is_inline_media(item: Any) -> bool:
+def _is_inline_media(item: JSONValue) -> bool:
     return isinstance(item, dict) or (isinstance(item, str) and item.strip().lower().startswith("data:"))
 
 
-def _split_media(body: dict, root: Path) -> tuple[dict, list[Part]]:
+def _split_media(body: JSONObject, root: Path) -> tuple[JSONObject, list[Part]]:
     """Path entries → parts of their slot, read from disk; inline entries stay in the body for the parser."""
     try:
         body, parts, _ = _file_media(body, root)
@@ -67,7 +66,7 @@ def _split_media(body: dict, root: Path) -> tuple[dict, list[Part]]:
     return body, parts
 
 
-def _file_media(body: dict, root: Path) -> tuple[dict, list[Part], list[str]]:
+def _file_media(body: JSONObject, root: Path) -> tuple[JSONObject, list[Part], list[str]]:
     """(body without its path fields, a part per file in slot order, the path each part was written as).
 
     InvalidRequest at the first bad entry (loc `(field,)` or `(field, i)`), as a request rule would be."""
@@ -87,7 +86,7 @@ def _file_media(body: dict, root: Path) -> tuple[dict, list[Part], list[str]]:
     return body, parts, files
 
 
-def _read_media_file(item: Any, root: Path, loc: tuple) -> bytes:
+def _read_media_file(item: JSONValue, root: Path, loc: Loc) -> bytes:
     """The bytes of one path entry (relative to `root`); InvalidRequest at `loc` when it cannot be read."""
     if not isinstance(item, str) or not item.strip():
         raise InvalidRequest.one(loc, "a media entry must be a data URL or a file path")
@@ -102,7 +101,7 @@ def _read_media_file(item: Any, root: Path, loc: tuple) -> bytes:
         raise InvalidRequest.one(loc, f"cannot read {item}: {exc.strerror or exc}", "file_unreadable") from None
 
 
-def _normalise_label(question: Question, value: Any) -> str:
+def _normalise_label(question: Question, value: JSONValue) -> str:
     """The label as an option id, or ValueError naming the allowed values."""
     if question.type == "noul":
         if isinstance(value, bool):
@@ -120,7 +119,7 @@ def _normalise_label(question: Question, value: Any) -> str:
     raise ValueError(f"{value!r} is not an option of this choice question ({', '.join(ids)})")
 
 
-def _labels(raw: Any, request: DecisionRequest) -> dict[str, str]:
+def _labels(raw: JSONValue, request: DecisionRequest) -> dict[str, str]:
     if not isinstance(raw, dict) or not raw:
         raise ValueError("labels: must be a non-empty object {question_id: answer}")
     questions = {q.id: q for q in request.questions}
@@ -161,7 +160,7 @@ class RequestLine:
     """One request line with its labels optional (a backlog line): the body as the wire parser takes it (`labels`
     and path media fields removed), a part per media file, and each part's path as written in the line."""
 
-    body: Any                      # a non-object JSON value is kept as is: the wire parser says what is wrong
+    body: JSONValue                # a non-object JSON value is kept as is: the wire parser says what is wrong
     parts: tuple[Part, ...] = ()
     files: tuple[str, ...] = ()    # files[i] is the path (relative to the input file) that parts[i] was read from
 

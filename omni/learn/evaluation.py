@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from omni.contract.errors import MediaError, OmniError
+from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.types import QUESTION_TYPES
 from omni.learn import metrics
 from omni.learn.dataset import DatasetError, LabelledRequest, label_index
-from omni.model.calibration import TEXT_ONLY, request_modality
+from omni.model.calibration import TEXT_ONLY, Calibration, request_modality
+from omni.model.surface import DecisionModel, RecordT
+
+ItemT = TypeVar("ItemT")
 
 
 @dataclass(frozen=True)
@@ -37,25 +42,27 @@ class ScoredQuestion:
     modality: str = TEXT_ONLY
 
 
-def _chunks(items: Sequence, size: int):
+def _chunks(items: Sequence[ItemT], size: int) -> Iterator[Sequence[ItemT]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
 
 
-def collect_logits(model, records: Sequence[LabelledRequest], batch_size: int = 4, progress: bool = True,
-                   description: str = "scoring", source: str = "dataset",
-                   prepare: Callable | None = None) -> list[ScoredQuestion]:
+def collect_logits(model: DecisionModel[RecordT], records: Sequence[LabelledRequest], batch_size: int = 4,
+                   progress: bool = True, description: str = "scoring", source: str = "dataset",
+                   prepare: Callable[[LabelledRequest], RecordT] | None = None) -> list[ScoredQuestion]:
     """Raw head logits of every labelled question. A record that cannot be prepared is a DatasetError line.
 
-    `prepare(record)` → PreparedRecord; default `model.prepare(record.request)` (media decoded each time).
+    `prepare(record)` → the model's record; default `model.prepare(record.request)` (media decoded each time).
     """
     prepare = prepare or (lambda record: model.prepare(record.request))
     from tqdm.auto import tqdm
 
-    scored, problems = [], []
+    scored: list[ScoredQuestion] = []
+    problems: list[tuple[int, str]] = []
     bar = tqdm(total=len(records), desc=description, unit="rec", disable=not progress, leave=False)
     for batch in _chunks(list(records), max(1, batch_size)):
-        prepared, kept = [], []
+        prepared: list[RecordT] = []
+        kept: list[LabelledRequest] = []
         for record in batch:
             try:
                 prepared.append(prepare(record))
@@ -75,7 +82,8 @@ def collect_logits(model, records: Sequence[LabelledRequest], batch_size: int = 
 
 
 def _score_record(record: LabelledRequest, logits: list[torch.Tensor]) -> list[ScoredQuestion]:
-    out, modality = [], request_modality(record.request)
+    out: list[ScoredQuestion] = []
+    modality = request_modality(record.request)
     for question, question_logits in zip(record.request.questions, logits):
         if question.id in record.labels:
             out.append(ScoredQuestion(record.line, question.id, question.type,
@@ -85,7 +93,7 @@ def _score_record(record: LabelledRequest, logits: list[torch.Tensor]) -> list[S
     return out
 
 
-def probabilities_of(scored: ScoredQuestion, calibration=None) -> np.ndarray:
+def probabilities_of(scored: ScoredQuestion, calibration: Calibration | None = None) -> np.ndarray:
     """Softmax of the (calibrated) logits, head order."""
     logits = scored.logits
     if calibration is not None:
@@ -105,12 +113,12 @@ class Group:
     labels: np.ndarray
 
 
-def question_groups(scored: Sequence[ScoredQuestion], calibration=None) -> list[Group]:
+def question_groups(scored: Sequence[ScoredQuestion], calibration: Calibration | None = None) -> list[Group]:
     """Per question id (first-seen order); a question whose option set varies gets the union of its options."""
     by_id: dict[str, list[ScoredQuestion]] = {}
     for item in scored:
         by_id.setdefault(item.question_id, []).append(item)
-    groups = []
+    groups: list[Group] = []
     for qid, items in by_id.items():
         option_ids: list[str] = []
         for item in items:
@@ -131,17 +139,21 @@ def _pooled(name: str, question_type: str, groups: Sequence[Group]) -> Group:
     return Group(name, question_type, [], p, np.concatenate([g.labels for g in groups]))
 
 
-def compute_metrics(scored: Sequence[ScoredQuestion], calibration=None, target_precision: float = 0.95,
-                    bins: int = metrics.ECE_BINS) -> tuple[dict, list[Group], dict[str, Group]]:
+def compute_metrics(scored: Sequence[ScoredQuestion], calibration: Calibration | None = None,
+                    target_precision: float = 0.95,
+                    bins: int = metrics.ECE_BINS) -> tuple[JSONObject, list[Group], dict[str, Group]]:
     """metrics.json content + the groups it was computed from (per question, and per type + 'all')."""
     groups = question_groups(scored, calibration)
-    result = {"target_precision": target_precision, "ece_bins": bins, "questions": {}, "types": {}}
+    questions: dict[str, JSONObject] = {}
+    types: dict[str, JSONObject] = {}
+    result: JSONObject = {"target_precision": target_precision, "ece_bins": bins, "questions": questions,
+                          "types": types}
     for g in groups:
         summary = metrics.summarize(g.probabilities, g.labels, target_precision, bins)
         summary.update(type=g.question_type, options=g.option_ids, confusion_matrix=metrics.confusion_matrix(
             g.labels, metrics.predictions(g.probabilities), len(g.option_ids)).tolist())
-        result["questions"][g.name] = summary
-    pooled = {}
+        questions[g.name] = summary
+    pooled: dict[str, Group] = {}
     for question_type in QUESTION_TYPES:
         members = [g for g in groups if g.question_type == question_type]
         if members:
@@ -150,25 +162,26 @@ def compute_metrics(scored: Sequence[ScoredQuestion], calibration=None, target_p
         pooled["all"] = _pooled("all", "all", groups)
     for name, g in pooled.items():
         summary = metrics.summarize(g.probabilities, g.labels, target_precision, bins)
-        members = [q for q in result["questions"].values() if name == "all" or q["type"] == name]
-        summary["macro_f1"] = float(np.mean([q["macro_f1"] for q in members]))   # mean of per-question macro-F1
-        summary["questions"] = len(members)
-        result["types"][name] = summary
+        of_type = [q for q in questions.values() if name == "all" or q["type"] == name]
+        summary["macro_f1"] = float(np.mean([q["macro_f1"] for q in of_type]))   # mean of per-question macro-F1
+        summary["questions"] = len(of_type)
+        types[name] = summary
     return result, groups, pooled
 
 
 def safe_name(text: str) -> str:
+    """`text` as a file-name stem: runs of other characters as "_", at most 80 characters."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80] or "_"
 
 
 # ---------------------------------------------------------------------------------------------------- report
-def _fmt(value, digits: int = 3) -> str:
+def _fmt(value: float | None, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "–"
     return f"{value:.{digits}f}"
 
 
-def _table_rows(entries: dict, with_type: bool) -> list[str]:
+def _table_rows(entries: dict[str, JSONObject], with_type: bool) -> list[str]:
     head = "| {} | n | accuracy | macro-F1 | NLL | Brier | ECE | threshold | coverage |".format(
         "question | type" if with_type else "type")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -181,7 +194,7 @@ def _table_rows(entries: dict, with_type: bool) -> list[str]:
     return rows
 
 
-def render_markdown(result: dict, figures: dict[str, list[str]]) -> str:
+def render_markdown(result: JSONObject, figures: dict[str, list[str]]) -> str:
     meta = result.get("meta", {})
     lines = ["# Evaluation report", ""]
     lines += [f"- {key}: {value}" for key, value in meta.items()]
@@ -197,8 +210,9 @@ def render_markdown(result: dict, figures: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-def write_report(result: dict, groups: Sequence[Group], pooled: dict[str, Group], scored: Sequence[ScoredQuestion],
-                 out_dir: str | Path, calibration=None, plots: bool = True) -> Path:
+def write_report(result: JSONObject, groups: Sequence[Group], pooled: dict[str, Group],
+                 scored: Sequence[ScoredQuestion], out_dir: str | Path, calibration: Calibration | None = None,
+                 plots: bool = True) -> Path:
     """metrics.json, report.md, predictions.jsonl and the PNGs into `out_dir` (created)."""
     from omni.learn.plots import confusion_plot, reliability_diagram
 
@@ -232,7 +246,7 @@ def write_report(result: dict, groups: Sequence[Group], pooled: dict[str, Group]
     return out
 
 
-def _finite(value):
+def _finite(value: Any) -> JSONValue:
     """JSON-ready copy: numpy scalars → Python, NaN/inf → null."""
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}

@@ -17,14 +17,16 @@ files. Definitions (the tests pin them with hand-computed values):
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 PROBABILITY_FLOOR = 1e-12
 ECE_BINS = 15
 
 
-def _check(probabilities, labels) -> tuple[np.ndarray, np.ndarray]:
+def _check(probabilities: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     p = np.asarray(probabilities, dtype=np.float64)
     y = np.asarray(labels, dtype=np.int64)
     if p.ndim != 2 or y.shape != (p.shape[0],):
@@ -34,29 +36,29 @@ def _check(probabilities, labels) -> tuple[np.ndarray, np.ndarray]:
     return p, y
 
 
-def predictions(probabilities) -> np.ndarray:
+def predictions(probabilities: npt.ArrayLike) -> np.ndarray:
     """Argmax per row (ties → the first column)."""
     return np.asarray(probabilities, dtype=np.float64).argmax(axis=1)
 
 
-def confidences(probabilities) -> np.ndarray:
+def confidences(probabilities: npt.ArrayLike) -> np.ndarray:
     """Top-label confidence per row: max_k p_k."""
     return np.asarray(probabilities, dtype=np.float64).max(axis=1)
 
 
-def accuracy(probabilities, labels) -> float:
+def accuracy(probabilities: npt.ArrayLike, labels: npt.ArrayLike) -> float:
     p, y = _check(probabilities, labels)
     return float(np.mean(predictions(p) == y)) if len(y) else float("nan")
 
 
-def confusion_matrix(labels, predicted, n_classes: int) -> np.ndarray:
+def confusion_matrix(labels: npt.ArrayLike, predicted: npt.ArrayLike, n_classes: int) -> np.ndarray:
     """[n_classes, n_classes] counts; row = true class, column = predicted class."""
     matrix = np.zeros((n_classes, n_classes), dtype=np.int64)
     np.add.at(matrix, (np.asarray(labels, dtype=np.int64), np.asarray(predicted, dtype=np.int64)), 1)
     return matrix
 
 
-def macro_f1(probabilities, labels) -> float:
+def macro_f1(probabilities: npt.ArrayLike, labels: npt.ArrayLike) -> float:
     p, y = _check(probabilities, labels)
     if not len(y):
         return float("nan")
@@ -70,14 +72,14 @@ def macro_f1(probabilities, labels) -> float:
     return float(np.mean(scores))
 
 
-def negative_log_likelihood(probabilities, labels) -> float:
+def negative_log_likelihood(probabilities: npt.ArrayLike, labels: npt.ArrayLike) -> float:
     p, y = _check(probabilities, labels)
     if not len(y):
         return float("nan")
     return float(np.mean(-np.log(np.clip(p[np.arange(len(y)), y], PROBABILITY_FLOOR, None))))
 
 
-def brier_score(probabilities, labels) -> float:
+def brier_score(probabilities: npt.ArrayLike, labels: npt.ArrayLike) -> float:
     p, y = _check(probabilities, labels)
     if not len(y):
         return float("nan")
@@ -96,7 +98,7 @@ class ReliabilityBins:
     accuracy: np.ndarray
 
 
-def reliability_bins(probabilities, labels, bins: int = ECE_BINS) -> ReliabilityBins:
+def reliability_bins(probabilities: npt.ArrayLike, labels: npt.ArrayLike, bins: int = ECE_BINS) -> ReliabilityBins:
     p, y = _check(probabilities, labels)
     confidence = confidences(p)
     correct = (predictions(p) == y).astype(np.float64)
@@ -108,7 +110,7 @@ def reliability_bins(probabilities, labels, bins: int = ECE_BINS) -> Reliability
     return ReliabilityBins(np.linspace(0.0, 1.0, bins + 1), counts, mean_confidence, bin_accuracy)
 
 
-def expected_calibration_error(probabilities, labels, bins: int = ECE_BINS) -> float:
+def expected_calibration_error(probabilities: npt.ArrayLike, labels: npt.ArrayLike, bins: int = ECE_BINS) -> float:
     table = reliability_bins(probabilities, labels, bins)
     total = table.counts.sum()
     if not total:
@@ -128,7 +130,8 @@ class PrecisionThreshold:
     precision: float | None
 
 
-def precision_threshold(probabilities, labels, target_precision: float = 0.95) -> PrecisionThreshold:
+def precision_threshold(probabilities: npt.ArrayLike, labels: npt.ArrayLike,
+                        target_precision: float = 0.95) -> PrecisionThreshold:
     """The lowest top-label confidence cut whose auto-decided rows reach `target_precision` (max coverage)."""
     p, y = _check(probabilities, labels)
     if not len(y):
@@ -150,7 +153,8 @@ def precision_threshold(probabilities, labels, target_precision: float = 0.95) -
                               float(cumulative_correct[best] / kept))
 
 
-def summarize(probabilities, labels, target_precision: float = 0.95, bins: int = ECE_BINS) -> dict:
+def summarize(probabilities: npt.ArrayLike, labels: npt.ArrayLike, target_precision: float = 0.95,
+              bins: int = ECE_BINS) -> dict[str, Any]:
     """Every metric of one group of rows as a JSON-ready dict."""
     p, y = _check(probabilities, labels)
     threshold = precision_threshold(p, y, target_precision)

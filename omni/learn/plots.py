@@ -11,18 +11,18 @@ import numpy as np
 from omni.learn.metrics import ReliabilityBins
 
 
-def _pyplot():
+def _use_agg() -> None:
+    """Select matplotlib's Agg backend before pyplot is imported (matplotlib is imported only when drawing)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)        # files only; never a display
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def reliability_diagram(table: ReliabilityBins, title: str, path: Path, ece: float | None = None) -> Path:
     """Accuracy vs confidence per bin, the diagonal, and a histogram of how many rows fall in each bin."""
-    plt = _pyplot()
+    _use_agg()
+    import matplotlib.pyplot as plt
+
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(4.2, 5.0), height_ratios=(3, 1), sharex=True)
     centres = (table.edges[:-1] + table.edges[1:]) / 2
     width = table.edges[1] - table.edges[0]
@@ -47,7 +47,9 @@ def reliability_diagram(table: ReliabilityBins, title: str, path: Path, ece: flo
 
 def confusion_plot(matrix: np.ndarray, option_ids: list[str], title: str, path: Path) -> Path:
     """Counts with true options as rows and predicted options as columns."""
-    plt = _pyplot()
+    _use_agg()
+    import matplotlib.pyplot as plt
+
     size = 1.6 + 0.45 * len(option_ids)
     figure, axes = plt.subplots(figsize=(size + 0.8, size))
     image = axes.imshow(matrix, cmap="Blues")

@@ -19,8 +19,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
+from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.render import render_request
 from omni.contract.types import DecisionRequest, Question
 from preprocess.item import MediaItem
@@ -37,17 +37,17 @@ def dataset_path(path: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ answers
-def top_answer(answer: dict) -> str | None:
+def top_answer(answer: JSONObject) -> str | None:
     """The model's answer to one question as a label id (noul "true"/"false", choice id, score level "k")."""
     if answer.get("type") == "noul" and isinstance(answer.get("noul"), (int, float)):
         return "true" if answer["noul"] >= 0.5 else "false"
     probabilities = answer.get("probabilities")
     if isinstance(probabilities, dict) and probabilities:
-        return max(probabilities, key=probabilities.get)
+        return max(probabilities, key=lambda option: probabilities[option])
     return None
 
 
-def answer_confidence(answer: dict) -> float:
+def answer_confidence(answer: JSONObject) -> float:
     """The probability of the model's top answer to one question."""
     if answer.get("type") == "noul" and isinstance(answer.get("noul"), (int, float)):
         return max(answer["noul"], 1.0 - answer["noul"])
@@ -55,7 +55,7 @@ def answer_confidence(answer: dict) -> float:
     return max(probabilities.values()) if isinstance(probabilities, dict) and probabilities else 1.0
 
 
-def label_value(question: Question, label: str) -> Any:
+def label_value(question: Question, label: str) -> bool | int | str:
     """A label id as the dataset writes it: noul true/false, choice id, score level index."""
     if question.type == "noul":
         if label not in ("true", "false"):
@@ -67,7 +67,7 @@ def label_value(question: Question, label: str) -> Any:
     return int(label) if question.type == "score" else label
 
 
-def label_id(value: Any) -> str:
+def label_id(value: JSONValue) -> str:
     """A dataset label back to its id (true -> "true", 2 -> "2")."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -78,7 +78,7 @@ def label_id(value: Any) -> str:
 class ReviewDir:
     """One review directory. Thread-safe; every write is atomic (a temporary file renamed over the old one)."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / REVIEW_MEDIA_DIR).mkdir(exist_ok=True)
@@ -104,12 +104,12 @@ class ReviewDir:
         with self._lock:
             return {key: len(line["labels"]) for key, line in self._lines.items()}
 
-    def save_labels(self, key: str, source: str, request: DecisionRequest, answers: dict,
+    def save_labels(self, key: str, source: str, request: DecisionRequest, answers: dict[str, JSONObject],
                     changes: dict[str, str | None]) -> dict[str, str]:
         """Set (label id) or clear (None) labels of the item `key`; the dataset line is rewritten at once.
         Returns the item's labels. ValueError for an unknown question or answer."""
         questions = {q.id: q for q in request.questions}
-        values = {}
+        values: dict[str, bool | int | str | None] = {}
         for qid, label in changes.items():
             if qid not in questions:
                 raise ValueError(f"{qid!r} is not a question of this item ({', '.join(questions)})")
@@ -141,7 +141,7 @@ class ReviewDir:
             _atomic_write(path, item.data)
         return name
 
-    def keep_decision(self, request: DecisionRequest, response: dict) -> str:
+    def keep_decision(self, request: DecisionRequest, response: JSONObject) -> str:
         """Append a served decision (its media stored under media/); its key."""
         key = f"d-{uuid.uuid4().hex[:16]}"
         body = render_request(request, [self.store_media(item) for item in request.media])
@@ -150,7 +150,7 @@ class ReviewDir:
             handle.write(line + "\n")
         return key
 
-    def decisions(self) -> list[dict]:
+    def decisions(self) -> list[JSONObject]:
         """Every kept decision ({key, request, response}); a torn last line (a crash mid-write) is skipped."""
         if not self.decisions_file.exists():
             return []
@@ -164,8 +164,8 @@ class ReviewDir:
                 kept.append(record)
         return kept
 
-    def _read_labels(self) -> dict[str, dict]:
-        lines = {}
+    def _read_labels(self) -> dict[str, JSONObject]:
+        lines: dict[str, JSONObject] = {}
         if self.labels_file.exists():
             for text in self.labels_file.read_text(encoding="utf-8").splitlines():
                 if text.strip():

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from omni.contract.batch_file import read_batch_output
 from omni.contract.config import EngineConfig
+from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.render import render_question
 from omni.contract.types import DecisionRequest
 from omni.learn.dataset import parse_request_line
@@ -37,9 +38,9 @@ class Decided:
     """One decided request of a source: its key, request body, where its relative media paths start, answers."""
 
     key: str
-    body: dict
+    body: JSONObject
     root: Path
-    answers: dict
+    answers: dict[str, JSONObject]
 
     @property
     def confidence(self) -> float:
@@ -51,13 +52,14 @@ class BatchSource:
 
     kind = "batch"
 
-    def __init__(self, out_path: str | Path):
+    def __init__(self, out_path: str | Path) -> None:
         self.path = Path(out_path).resolve()
         self.id = "b-" + hashlib.sha1(str(self.path).encode()).hexdigest()[:10]
         self.name = self.path.name
 
     def records(self) -> list[Decided]:
-        decided, inputs = [], {}
+        decided: list[Decided] = []
+        inputs: dict[Path, list[str]] = {}
         for line, record in sorted(read_batch_output(self.path).items()):
             if "response" not in record:
                 continue
@@ -76,7 +78,7 @@ class KeptSource:
     id = "kept"
     name = "kept decisions"
 
-    def __init__(self, review_dir: ReviewDir):
+    def __init__(self, review_dir: ReviewDir) -> None:
         self.review_dir = review_dir
 
     def records(self) -> list[Decided]:
@@ -84,26 +86,31 @@ class KeptSource:
                 for r in self.review_dir.decisions()]
 
 
+ReviewSource = BatchSource | KeptSource
+
+
 class ReviewQueues:
     """The queues a server offers and the review directory their labels go to."""
 
-    def __init__(self, review_dir: ReviewDir, batch_outputs: list[str | Path] = (),
-                 config: EngineConfig | None = None, keep_decisions: bool = True):
+    def __init__(self, review_dir: ReviewDir, batch_outputs: Sequence[str | Path] = (),
+                 config: EngineConfig | None = None, keep_decisions: bool = True) -> None:
         self.review_dir = review_dir
         self.config = config or EngineConfig()
-        self.sources = {s.id: s for s in [*(BatchSource(p) for p in batch_outputs),
-                                           *([KeptSource(review_dir)] if keep_decisions else [])]}
+        sources: list[ReviewSource] = [BatchSource(p) for p in batch_outputs]
+        if keep_decisions:
+            sources.append(KeptSource(review_dir))
+        self.sources = {s.id: s for s in sources}
 
-    def queues(self) -> list[dict]:
+    def queues(self) -> list[JSONObject]:
         reviewed = self.review_dir.reviewed()
-        out = []
+        out: list[JSONObject] = []
         for source in self.sources.values():
             records = source.records()
             out.append({"id": source.id, "kind": source.kind, "name": source.name, "items": len(records),
                         "reviewed": sum(1 for r in records if reviewed.get(r.key))})
         return out
 
-    def items(self, queue_id: str, order: str = "confidence", threshold: float = 0.9) -> list[dict]:
+    def items(self, queue_id: str, order: str = "confidence", threshold: float = 0.9) -> list[JSONObject]:
         """The queue's items, most uncertain first; each with how many of its questions are labelled."""
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}")
@@ -114,7 +121,7 @@ class ReviewQueues:
                  "labelled": reviewed.get(r.key, 0), "preview": _preview(r.body.get("state"))}
                 for r in sorted(records, key=rank)]
 
-    def item(self, queue_id: str, key: str) -> dict:
+    def item(self, queue_id: str, key: str) -> JSONObject:
         """Everything the page shows of one item: state, questions, the model's answers, saved labels, media."""
         record, request = self._decided(queue_id, key)
         from preprocess.sniff import sniff
@@ -143,7 +150,7 @@ class ReviewQueues:
         record, request = self._decided(queue_id, key)
         return self.review_dir.save_labels(key, self._source(queue_id).name, request, record.answers, changes)
 
-    def _source(self, queue_id: str):
+    def _source(self, queue_id: str) -> ReviewSource:
         if queue_id not in self.sources:
             raise KeyError(f"no review queue {queue_id!r}")
         return self.sources[queue_id]
@@ -155,11 +162,11 @@ class ReviewQueues:
         return record, parse_item(record.body, record.root, self.config)
 
 
-def parse_item(body: dict, root: Path, config: EngineConfig) -> DecisionRequest:
+def parse_item(body: JSONObject, root: Path, config: EngineConfig) -> DecisionRequest:
     """A kept or batch request body (media as data URLs or paths relative to `root`) -> the parsed request."""
     return parse_request_line(json.dumps(body), root, config)
 
 
-def _preview(state: Any) -> str:
+def _preview(state: JSONValue) -> str:
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 1] + "…"

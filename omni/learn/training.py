@@ -17,15 +17,19 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any, Generic, TypedDict
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from omni.contract.types import DecisionRequest, Option, Question
 from omni.learn.dataset import LabelledRequest, label_index
 from omni.learn.evaluation import collect_logits, compute_metrics
 from omni.model.export import save_released
+from omni.model.media import RequestMedia
+from omni.model.surface import RecordT, TrainableModel
 
 TRAINING_MODES = ("head", "lora", "full")
 STATE_FILE = "training_state.pt"
@@ -53,7 +57,7 @@ class TrainingConfig:
     lora_alpha: float = 32.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mode not in TRAINING_MODES:
             raise ValueError(f"mode must be one of {TRAINING_MODES}, not {self.mode!r}")
 
@@ -126,25 +130,31 @@ def dataset_digest(records: Sequence[LabelledRequest]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- trainer
-def _enable_lora(model, config: TrainingConfig) -> None:
+def _enable_lora(model: TrainableModel[RecordT], config: TrainingConfig) -> None:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise RuntimeError("LoRA needs peft: pip install 'omni-decide[train]'") from exc
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+    # peft annotates lora_alpha as int, but only divides by it (scaling = alpha / r): a float alpha works as given
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,  # type: ignore[arg-type]
                       target_modules=list(config.lora_targets))
     model.backbone.peft_model = get_peft_model(model.backbone.thinker, lora)   # injects into the thinker in place
 
 
-def merge_lora(model) -> None:
+def merge_lora(model: TrainableModel[RecordT]) -> None:
     """Fold LoRA adapters into the thinker's weights (a no-op without adapters)."""
     peft_model = model.backbone.peft_model
     if peft_model is not None:
+        from peft import PeftModel  # installed: it made the adapters
+
+        if not isinstance(peft_model, PeftModel):
+            raise TypeError(f"backbone.peft_model is a {type(peft_model).__name__}, not peft's PeftModel")
         model.backbone.thinker = peft_model.merge_and_unload()
         model.backbone.peft_model = None
 
 
-def trainable_parameters(model, config: TrainingConfig) -> tuple[list, list]:
+def trainable_parameters(model: TrainableModel[RecordT],
+                         config: TrainingConfig) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """(head parameters, backbone parameters) set to require grad for this mode; the rest frozen."""
     head = list(model.head.parameters())
     for p in head:
@@ -160,7 +170,7 @@ def trainable_parameters(model, config: TrainingConfig) -> tuple[list, list]:
     return head, backbone
 
 
-def _trained_state(model, config: TrainingConfig) -> dict[str, torch.Tensor]:
+def _trained_state(model: TrainableModel[RecordT], config: TrainingConfig) -> dict[str, torch.Tensor]:
     """The tensors this mode changes, by name (head.* and thinker.*), copied to the CPU."""
     state = {f"head.{k}": v.detach().cpu().clone() for k, v in model.head.state_dict().items()}
     if config.mode != "head":
@@ -170,7 +180,7 @@ def _trained_state(model, config: TrainingConfig) -> dict[str, torch.Tensor]:
     return state
 
 
-def _load_trained_state(model, state: dict[str, torch.Tensor]) -> None:
+def _load_trained_state(model: TrainableModel[RecordT], state: dict[str, torch.Tensor]) -> None:
     model.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     params = dict(model.backbone.thinker.named_parameters())
     with torch.no_grad():
@@ -182,30 +192,50 @@ def _load_trained_state(model, state: dict[str, torch.Tensor]) -> None:
 @dataclass
 class EpochResult:
     epoch: int
-    train_loss: float
+    train_loss: float | None                # None for epoch 0: the validation before any training
     validation_nll: float | None
     validation_accuracy: float | None
 
 
-class Trainer:
+class TrainingState(TypedDict):
+    """What a run keeps between epochs (and `training_state.pt` holds, with the current weights and optimizer)."""
+
+    config: dict[str, Any]                  # asdict(TrainingConfig)
+    digest: str                             # of the train and validation records
+    stopped: bool
+    bad_epochs: int
+    history: list[dict[str, Any]]           # asdict(EpochResult) per epoch, from 0
+    best_epoch: int
+    best_nll: float | None
+    best: dict[str, torch.Tensor]           # the best epoch's trained tensors
+
+
+class SavedState(TrainingState):
+    """`training_state.pt`: the run's state, the current epoch's trained tensors and the optimizer's state."""
+
+    current: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+
+
+class Trainer(Generic[RecordT]):
     """One fine-tuning run of `model` (loaded from `source_dir`) into `out_dir`."""
 
-    def __init__(self, model, source_dir: str | Path, out_dir: str | Path, config: TrainingConfig,
-                 progress: bool = True, log: Callable[[str], None] | None = None):
+    def __init__(self, model: TrainableModel[RecordT], source_dir: str | Path, out_dir: str | Path,
+                 config: TrainingConfig, progress: bool = True, log: Callable[[str], None] | None = None) -> None:
         self.model, self.config = model, config
         self.source_dir, self.out_dir = Path(source_dir), Path(out_dir)
         self.progress = progress
         self.log = log or (lambda message: None)
-        self.media: dict[int, object] = {}
+        self.media: dict[int, RequestMedia] = {}
         head, backbone = trainable_parameters(model, config)
         self.parameters = head + backbone
-        groups = [{"params": head, "lr": config.learning_rate}]
+        groups: list[dict[str, Any]] = [{"params": head, "lr": config.learning_rate}]
         if backbone:
             groups.append({"params": backbone, "lr": config.backbone_learning_rate})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
 
     # ------------------------------------------------------------------------------------------- pipeline
-    def _encoded_media(self, record: LabelledRequest):
+    def _encoded_media(self, record: LabelledRequest) -> RequestMedia:
         cached = self.media.get(record.line)
         return cached if cached is not None else self.model.encode_media(record.request.media)
 
@@ -217,7 +247,7 @@ class Trainer:
         from omni.contract.errors import MediaError, OmniError
         from omni.learn.dataset import DatasetError
 
-        problems = []
+        problems: list[tuple[int, str]] = []
         for record in records:
             try:
                 encoded = self._encoded_media(record)
@@ -229,7 +259,7 @@ class Trainer:
         if problems:
             raise DatasetError("dataset", problems)
 
-    def prepare(self, record: LabelledRequest, request: DecisionRequest | None = None):
+    def prepare(self, record: LabelledRequest, request: DecisionRequest | None = None) -> RecordT:
         return self.model.prepare(request or record.request, self._encoded_media(record))
 
     def validate(self, validation: Sequence[LabelledRequest]) -> tuple[float, float]:
@@ -249,7 +279,7 @@ class Trainer:
         order = list(range(len(train)))
         rng.shuffle(order)
         self.model.head.train()
-        losses = []
+        losses: list[float] = []
         steps = range(0, len(order), config.batch_records)
         bar = tqdm(steps, desc=f"epoch {epoch}", unit="step", disable=not self.progress, leave=False)
         for start in bar:
@@ -270,11 +300,11 @@ class Trainer:
         return float(np.mean(losses))
 
     # ---------------------------------------------------------------------------------------------- the run
-    def _load_state(self, digest: str) -> dict | None:
+    def _load_state(self, digest: str) -> SavedState | None:
         path = self.out_dir / STATE_FILE
         if not path.is_file():
             return None
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state: SavedState = torch.load(path, map_location="cpu", weights_only=False)
         free = ("epochs", "patience_epochs", "cache_media")   # a resumed run may train or wait longer
         saved = {k: v for k, v in state["config"].items() if k not in free}
         wanted = {k: v for k, v in asdict(self.config).items() if k not in free}
@@ -287,21 +317,23 @@ class Trainer:
         self.log(f"resuming after epoch {state['history'][-1]['epoch']} from {path}")
         return state
 
-    def _save_state(self, state: dict) -> None:
+    def _save_state(self, state: TrainingState) -> None:
         path = self.out_dir / STATE_FILE
         staging = path.with_suffix(".tmp")
-        torch.save({**state, "current": _trained_state(self.model, self.config),
-                    "optimizer": self.optimizer.state_dict()}, staging)
+        # a resumed run's state holds the previous epoch's `current` and `optimizer`: these replace them
+        saved: SavedState = {**state, "current": _trained_state(self.model, self.config),
+                             "optimizer": self.optimizer.state_dict()}
+        torch.save(saved, staging)
         os.replace(staging, path)
 
     def run(self, train: Sequence[LabelledRequest], validation: Sequence[LabelledRequest], restart: bool = False,
-            keep_state: bool = False) -> dict:
+            keep_state: bool = False) -> dict[str, Any]:
         """Train, stop early on validation NLL, write the best weights in the released layout; a summary dict."""
         config = self.config
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.encode_media(list(train) + list(validation))
         digest = dataset_digest(train) + dataset_digest(validation)
-        state = None if restart else self._load_state(digest)
+        state: TrainingState | None = None if restart else self._load_state(digest)
         if state is None:
             nll, accuracy = self.validate(validation) if validation else (None, None)
             state = {"config": asdict(config), "digest": digest, "stopped": False, "bad_epochs": 0,
@@ -315,8 +347,10 @@ class Trainer:
             loss = self.train_epoch(train, epoch)
             nll, accuracy = self.validate(validation) if validation else (None, None)
             state["history"].append(asdict(EpochResult(epoch, loss, nll, accuracy)))
-            if nll is None or nll < state["best_nll"] - config.min_improvement:
-                state.update(best_epoch=epoch, best_nll=nll, bad_epochs=0, best=_trained_state(self.model, config))
+            best_nll = state["best_nll"]     # None only without validation, and then nll is None too
+            if nll is None or best_nll is None or nll < best_nll - config.min_improvement:
+                state.update({"best_epoch": epoch, "best_nll": nll, "bad_epochs": 0,
+                              "best": _trained_state(self.model, config)})
             else:
                 state["bad_epochs"] += 1
                 state["stopped"] = state["bad_epochs"] >= config.patience_epochs
@@ -325,7 +359,7 @@ class Trainer:
             self._save_state(state)
         return self._finish(state, keep_state)
 
-    def _finish(self, state: dict, keep_state: bool) -> dict:
+    def _finish(self, state: TrainingState, keep_state: bool) -> dict[str, Any]:
         _load_trained_state(self.model, state["best"])
         merge_lora(self.model)
         self.model.forget_prefixes()
@@ -344,10 +378,10 @@ def _show(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def finetune(model, source_dir: str | Path, records: Sequence[LabelledRequest], out_dir: str | Path,
+def finetune(model: TrainableModel[RecordT], source_dir: str | Path, records: Sequence[LabelledRequest], out_dir: str | Path,
              config: TrainingConfig | None = None, validation: Sequence[LabelledRequest] | None = None,
              restart: bool = False, keep_state: bool = False, progress: bool = True,
-             log: Callable[[str], None] | None = None) -> dict:
+             log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Split (unless `validation` is given), train and save. Returns the summary written to training.json."""
     config = config or TrainingConfig()
     if validation is None:
