@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from omni.contract.config import EngineConfig
+
+if TYPE_CHECKING:
+    from omni.contract.types import DecisionRequest
+    from omni.serve.backlog import Backend, BacklogSummary, Describe, EngineBackend
+    from omni.serve.engine import DecisionEngine
 
 DEFAULT_TIMEOUT_S = 600.0    # a backlog has no caller waiting: a line only times out when it truly stalls
 
@@ -66,7 +73,7 @@ def run_batch(args: argparse.Namespace) -> int:
     return _report(summary, args.out)
 
 
-def _remote(args: argparse.Namespace):
+def _remote(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]:
     """(backend, lines in flight, close) for `--url`."""
     from api.cli.remote import RemoteBackend
 
@@ -76,7 +83,7 @@ def _remote(args: argparse.Namespace):
     return backend, concurrency, backend.close
 
 
-def _in_process(args: argparse.Namespace):
+def _in_process(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]:
     """(backend, lines in flight, close) with a model loaded here."""
     config = engine_config(args)
     engine = start_engine(config)
@@ -111,7 +118,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return replace(config, max_queue=max(config.max_queue, concurrency))
 
 
-def start_engine(config: EngineConfig):
+def start_engine(config: EngineConfig) -> DecisionEngine:
     """A started engine (model loaded and warm, serving path running), its heap settled as `omni serve` does."""
     import gc
 
@@ -123,7 +130,8 @@ def start_engine(config: EngineConfig):
     return engine
 
 
-def engine_backend(engine, input_path: str | Path, deadline_s: float | None = None, retries: int = 5):
+def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: float | None = None,
+                   retries: int = 5) -> EngineBackend:
     """The in-process backend for a backlog at `input_path`: its lines parsed with the engine's own rules."""
     from api.http.errors import BodyTooLarge
     from api.http.settings import Settings
@@ -133,7 +141,7 @@ def engine_backend(engine, input_path: str | Path, deadline_s: float | None = No
     root = Path(input_path).resolve().parent
     cap_bytes = Settings(engine=engine.config).body_cap_bytes      # what `omni serve` would take as one body
 
-    def parse(text: bytes):
+    def parse(text: bytes) -> DecisionRequest:
         if len(text) > cap_bytes:
             raise BodyTooLarge(f"body of {len(text)} bytes is over the {cap_bytes}-byte limit")
         return parse_request_line(text, root, engine.config)
@@ -141,18 +149,18 @@ def engine_backend(engine, input_path: str | Path, deadline_s: float | None = No
     return EngineBackend(engine, parse, deadline_s, retries=retries)
 
 
-def _describe():
+def _describe() -> Describe:
     """(exception, request id) -> (status, body): the server's one error table."""
     from api.http.errors import error_payload
 
-    def describe(exc: BaseException, request_id: str) -> tuple[int, dict]:
+    def describe(exc: BaseException, request_id: str) -> tuple[int, dict[str, Any]]:
         status, body, _headers = error_payload(exc, request_id)
         return status, body
 
     return describe
 
 
-def _report(summary, out: str) -> int:
+def _report(summary: BacklogSummary, out: str) -> int:
     tail = f"; {summary.failed} with error records (rerun to retry them)" if summary.failed else ""
     print(f"omni batch: {summary.answered} answered in {summary.wall_s:.1f} s{tail}; {summary.skipped} answered "
           f"before; records in {out}", file=sys.stderr)

@@ -11,6 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from omni.contract.config import EngineConfig
+    from omni.learn.dataset import LabelledRequest
+    from omni.learn.training import TrainingConfig
+    from omni.model.clef import ClefModel
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +31,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _model(args: argparse.Namespace):
+def _model(args: argparse.Namespace) -> ClefModel:
     """The loaded ClefModel for the flags (calibration is applied explicitly by the callers, never twice)."""
     import torch
 
@@ -35,7 +42,7 @@ def _model(args: argparse.Namespace):
     return ClefModel.from_config(_config(args))
 
 
-def _config(args: argparse.Namespace):
+def _config(args: argparse.Namespace) -> EngineConfig:
     from omni.contract.config import EngineConfig
 
     return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
@@ -54,7 +61,7 @@ def _dataset_file(path: str) -> Path:
     return file
 
 
-def _records(args: argparse.Namespace, path: str | None = None):
+def _records(args: argparse.Namespace, path: str | None = None) -> list[LabelledRequest]:
     from omni.learn.dataset import load_dataset
 
     return load_dataset(_dataset_file(path or args.data), _config(args))
@@ -188,7 +195,7 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(batch_size=d.batch_records)     # records per optimizer step (default 8)
 
 
-def training_config_from_args(args: argparse.Namespace):
+def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:
     from omni.learn.training import TrainingConfig
 
     return TrainingConfig(mode=args.mode, epochs=args.epochs, batch_records=args.batch_size, learning_rate=args.lr,

@@ -76,7 +76,7 @@ def encode_line(line: RequestLine) -> tuple[dict[str, Any], dict[str, str]]:
     body = json.dumps(line.body).encode()   # ASCII escapes: any string the line held travels unchanged
     if not line.parts:
         return {"content": body}, {"Content-Type": "application/json"}
-    files = [("request", (None, body, "application/json"))]
+    files: list[tuple[str, tuple[str | None, bytes, str]]] = [("request", (None, body, "application/json"))]
     files += [(part.name, (name, part.data, "application/octet-stream")) for part, name in zip(line.parts, line.files)]
     return {"files": files}, {}
 

@@ -40,6 +40,8 @@ def _joined(given: str | None, more: list[str]) -> str | None:
 
 def _announce(settings: Settings) -> None:
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    review_dir = settings.review_dir
+    assert review_dir is not None             # `omni review` always sets it
     print(f"omni review: open http://{host}:{settings.port}/ui  (labels are saved in "
-          f"{Path(settings.review_dir).resolve()})", flush=True)
+          f"{Path(review_dir).resolve()})", flush=True)
     print("the model is loading; the page says when it is ready", file=sys.stderr, flush=True)

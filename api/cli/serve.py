@@ -14,7 +14,8 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import FrameType
 
 from api.http.settings import Settings, SettingsError, cli_fields, is_media_limit
 
@@ -40,13 +41,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         group = media if is_media_limit(name) else server
         default = defaults.value_of(name)
         shown = ",".join(default) if isinstance(default, tuple) else default
-        switch = {"nargs": "?", "const": "true"} if kind is bool else {}     # `--public-docs` alone means true
-        group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None, **switch,
+        switch: dict[str, str] = {"nargs": "?", "const": "true"} if kind is bool else {}   # `--public-docs` = true
+        group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None,
+                           **switch,  # type: ignore[arg-type]  # nargs and const are strings, as argparse takes them
                            help=f"default: {shown}" if name != "max_body_bytes" else
                            f"default: derived from the media limits ({defaults.body_cap_bytes})")
 
 
-def build_settings(args: argparse.Namespace, environ=None) -> Settings:
+def build_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
     settings = Settings.from_env(environ).with_cli(args)
     if getattr(args, "no_batching", False):
         settings = settings.with_values({"max_batch_records": 1})
@@ -86,7 +88,7 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
     svc = app.state.service
 
     class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             if svc.drain_started is None:
                 log.info("signal %s: draining (up to %.0f s for requests in flight)", sig, settings.drain_s)
             svc.begin_drain()  # /ready -> 503 at once; uvicorn then waits for open requests
@@ -97,7 +99,9 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
                     captured.remove(sig)
 
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                            timeout_graceful_shutdown=settings.drain_s, lifespan="on", server_header=False)
+                            # uvicorn waits a float number of seconds; its annotation says int
+                            timeout_graceful_shutdown=settings.drain_s,  # type: ignore[arg-type]
+                            lifespan="on", server_header=False)
     server = holder["server"] = DrainingServer(config)
     log.info("omni serve on http://%s:%d (docs at /docs)", settings.host, settings.port)
     server.run()

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import serve
 from ray.serve.config import RequestRouterConfig
@@ -29,6 +29,14 @@ from api.http.settings import Settings
 from omni.contract.config import EngineConfig
 from omni.contract.errors import MediaError, OmniError
 from omni.contract.types import DecisionRequest
+from omni.serve.surface import ModelCard
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from ray.serve import Application
+    from ray.serve.handle import DeploymentHandle
+
+    from omni.serve.engine import DecisionEngine
 
 log = logging.getLogger("omni.cluster")
 APP_NAME = "omni"
@@ -62,7 +70,7 @@ class OmniEngine:
             return ReplicaAnswer(None, exc, self._snapshot())
         return ReplicaAnswer(decision, None, self._snapshot())
 
-    def info(self) -> dict:
+    def info(self) -> ModelCard:
         return self._engine.info
 
     def replica_pid(self) -> tuple[str, int]:
@@ -76,8 +84,8 @@ class OmniEngine:
         engine = self._engine
         return ReplicaSnapshot(self._replica, engine.cache_stats(), engine.batcher_stats(), engine.long_prefills())
 
-    def __del__(self):
-        engine = getattr(self, "_engine", None)
+    def __del__(self) -> None:
+        engine: DecisionEngine | None = self.__dict__.get("_engine")    # absent when the constructor failed
         if engine is not None:
             engine.stop(drain=True)
 
@@ -86,10 +94,10 @@ class OmniEngine:
 class OmniGateway:
     """The HTTP app of `omni serve` with the engine replicas behind a `RemoteEngine`."""
 
-    def __init__(self, settings: Settings, engine: Any):
+    def __init__(self, settings: Settings, engine: DeploymentHandle):
         self._settings = settings
         self._engine = RemoteEngine(engine, settled=self._engines_settled)
-        self._app = None
+        self._app: FastAPI | None = None
         self._app_name = serve.get_replica_context().app_name
 
     def _engines_settled(self) -> bool:
@@ -101,7 +109,7 @@ class OmniGateway:
             return False
         return status not in ("UPDATING", "UPSCALING")
 
-    def __serve_build_asgi_app__(self):
+    def __serve_build_asgi_app__(self) -> FastAPI:
         from api.http.app import create_app
 
         self._app = create_app(self._settings, self._engine, request_id_header=False)   # Ray's proxy sends it
@@ -109,13 +117,14 @@ class OmniGateway:
 
     def begin_drain(self) -> None:
         """From `omni serve --ray` on SIGTERM: /ready says draining and new decisions get 503; those in flight end."""
-        self._app.state.service.begin_drain()
+        if self._app is not None:               # built when the replica started
+            self._app.state.service.begin_drain()
 
     def in_flight(self) -> int:
         return self._engine.in_flight
 
 
-def application(settings: Settings, cluster_gpus: float = 0.0):
+def application(settings: Settings, cluster_gpus: float = 0.0) -> Application:
     """Both deployments bound from one Settings; `cluster_gpus` picks the default GPUs per engine replica."""
     gpus = settings.replica_gpus if settings.replica_gpus is not None else (1.0 if cluster_gpus > 0 else 0.0)
     engine_cfg = settings.engine
@@ -125,7 +134,7 @@ def application(settings: Settings, cluster_gpus: float = 0.0):
                                "target_ongoing_requests": 2 * engine_cfg.max_batch_records,
                                "upscale_delay_s": 10.0, "downscale_delay_s": 60.0}}
     logs = {"log_level": settings.log_level.upper(), "enable_access_log": False}   # no log line per call
-    engine = serve.deployment(OmniEngine, name=ENGINE).options(
+    engine = serve.deployment(name=ENGINE)(OmniEngine).options(
         logging_config=logs,
         ray_actor_options={"num_cpus": settings.replica_cpus, "num_gpus": gpus},
         max_ongoing_requests=engine_cfg.max_queue, max_queued_requests=engine_cfg.max_queue,
@@ -133,18 +142,19 @@ def application(settings: Settings, cluster_gpus: float = 0.0):
         max_constructor_retry_count=max(1, settings.replica_load_retries + 1),
         health_check_period_s=10.0, health_check_timeout_s=30.0,
         request_router_config=RequestRouterConfig(
-            request_router_class=CacheAffinityRouter,
+            # Ray takes the class itself (or its import path); its annotation names only the serialised form
+            request_router_class=CacheAffinityRouter,  # type: ignore[arg-type]
             request_router_kwargs={"slack_requests": settings.affinity_slack_requests})
         if settings.cache_affinity else RequestRouterConfig(),       # Ray's default: power of two choices
         **scaling)
-    gateway = serve.deployment(OmniGateway, name=GATEWAY).options(
+    gateway = serve.deployment(name=GATEWAY)(OmniGateway).options(
         logging_config=logs,
         num_replicas=1, ray_actor_options={"num_cpus": 0},
         max_ongoing_requests=4 * engine_cfg.max_queue, graceful_shutdown_timeout_s=settings.drain_s)
     return gateway.bind(settings, engine.bind(engine_cfg))
 
 
-def build_app(args: dict[str, Any]):
+def build_app(args: dict[str, Any]) -> Application:
     """`serve deploy` / `serve run` builder: settings by field name (`model`, `max_batch_records`, `replicas`, ...)
     over the `OMNI_*` environment of the process that builds it."""
     import ray

@@ -22,16 +22,19 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from typing_extensions import Self
 
 from api.cluster.affinity import affinity_key
-from omni.contract.errors import NotReady, Overloaded
+from omni.contract.errors import InferenceFailed, NotReady, Overloaded
 from omni.contract.types import Decision, DecisionRequest
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
 from omni.serve.surface import LongPrefillStats, ModelCard
+
+if TYPE_CHECKING:
+    from ray.serve.handle import DeploymentHandle
 
 log = logging.getLogger("omni.cluster")
 FRESH_S = 60.0          # gauges count the replicas heard from within this long
@@ -59,7 +62,8 @@ class ReplicaAnswer:
 
 
 class RemoteEngine:
-    def __init__(self, handle: Any, *, load_poll_s: float = 5.0, settled: Callable[[], bool] | None = None):
+    def __init__(self, handle: DeploymentHandle, *, load_poll_s: float = 5.0,
+                 settled: Callable[[], bool] | None = None):
         """`handle`: the engine deployment's `DeploymentHandle`. `settled()`: whether every replica the deployment
         wants is running (`load` waits for it too, so that the first requests find the replicas their keys belong to
         instead of all landing on the first one up)."""
@@ -159,6 +163,8 @@ class RemoteEngine:
         self._remember(answer.snapshot)
         if answer.error is not None:
             raise answer.error
+        if answer.decision is None:            # a replica sends one or the other
+            raise InferenceFailed("an engine replica sent neither a decision nor an error")
         return answer.decision
 
     # ------------------------------------------------------------------------------------------------ metrics

@@ -12,8 +12,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 from fastapi import FastAPI, Request
@@ -32,6 +33,9 @@ from api.http.routes import ServiceState, router
 from api.http.settings import Settings
 from api.http.ui import router as ui_router
 from omni.serve.surface import ServingEngine
+
+if TYPE_CHECKING:
+    from omni.learn.review_queue import ReviewQueues
 
 log = logging.getLogger("omni.api")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -52,7 +56,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
                        reports=report_dirs(settings.review_reports))
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc.parse_limiter = anyio.CapacityLimiter(settings.parse_threads)
         if not engine.ready:
             threading.Thread(target=_load, args=(svc, on_load_failure, on_loaded), name="engine-load",
@@ -76,11 +80,11 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     for cls in handled_classes():
         app.add_exception_handler(cls, _handle)
     app.add_middleware(RequestContext, metrics=svc.metrics, request_id_header=request_id_header)
-    app.openapi = lambda: _openapi(app)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented way to extend it
     return app
 
 
-def _review(settings: Settings):
+def _review(settings: Settings) -> ReviewQueues | None:
     """The review queues with --review-dir (its labels and kept decisions, plus the batch outputs named), else None."""
     if settings.review_dir is None:
         return None

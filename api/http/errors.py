@@ -18,6 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -74,15 +75,15 @@ class Rule:
     headers: Callable[[BaseException], dict[str, str]] | None = None
 
 
-def _retry_after(exc: Overloaded) -> dict[str, str]:
-    seconds = max(0.1, float(getattr(exc, "retry_after_s", 1.0)))
+def _retry_after(exc: BaseException) -> dict[str, str]:
+    seconds = max(0.1, exc.retry_after_s if isinstance(exc, Overloaded) else 1.0)
     return {"Retry-After": str(math.ceil(seconds)), "retry-after-ms": str(int(seconds * 1000))}
 
 
 _INTERNAL = "internal error; quote the request id when reporting it"
 
 # `cf_code`: Cloudflare's code for the same fault, as measured on Workers AI (the list is in the module docstring).
-TABLE: dict[type[BaseException], Rule] = {
+TABLE: dict[type[Exception], Rule] = {
     Unauthorized: Rule(401, "authentication_error", 10000, headers=lambda e: {"WWW-Authenticate": "Bearer"}),
     BodyTooLarge: Rule(413, "request_too_large", 5021),
     BodyTimeout: Rule(408, "request_timeout", 5012, headers=lambda e: {"Connection": "close"}),
@@ -120,27 +121,29 @@ def rule_for(exc: BaseException) -> Rule:
     return TABLE[Exception]
 
 
-def handled_classes() -> tuple[type[BaseException], ...]:
+def handled_classes() -> tuple[type[Exception], ...]:
     """Classes to register as FastAPI exception handlers (Exception itself is caught by the request middleware)."""
     return tuple(cls for cls in TABLE if cls is not Exception)
 
 
 def error_payload(exc: BaseException, request_id: str,
-                  envelope: str = "systemone") -> tuple[int, dict, dict[str, str]]:
+                  envelope: str = "systemone") -> tuple[int, dict[str, Any], dict[str, str]]:
     """(status, JSON body, headers) for `exc`, in the System One shape or Cloudflare's (`envelope="cloudflare"`)."""
     rule = rule_for(exc)
     status = rule.status if rule.status is not None else int(getattr(exc, "status_code", 500))
     headers = rule.headers(exc) if rule.headers else {}
+    detail: list[dict[str, Any]] | dict[str, str]
     if rule.field:
-        detail: object = _field_issues(exc)
+        detail = _field_issues(exc)
     else:
         error_type = _HTTP_TYPES.get(status, rule.error_type) if rule.status is None else rule.error_type
         message = rule.message(exc) if rule.message else str(exc)
         detail = {"error_type": error_type, "message": message}
     if status == 499:
         log.info("request %s: the client disconnected before its body arrived", request_id)
-    if getattr(exc, "raw", None):     # what a library said, kept from the caller
-        log.info("request %s: %s (%s)", request_id, type(exc).__name__, exc.raw)
+    raw = exc.raw if isinstance(exc, (InvalidRequest, MediaError)) else None
+    if raw:                           # what a library said, kept from the caller
+        log.info("request %s: %s (%s)", request_id, type(exc).__name__, raw)
     if status == 500:  # a bug or a device fault: log everything, show nothing
         log.error("request %s failed: %s", request_id, type(exc).__name__, exc_info=exc)
         detail = {"error_type": "internal_error", "message": f"{_INTERNAL} ({request_id})"}
@@ -149,7 +152,7 @@ def error_payload(exc: BaseException, request_id: str,
     return status, {"detail": detail, "request_id": request_id}, headers
 
 
-def _cloudflare_errors(detail: object, code: int) -> dict:
+def _cloudflare_errors(detail: list[dict[str, Any]] | dict[str, str], code: int) -> dict[str, Any]:
     """Cloudflare's error envelope: one {code, message} per issue (a field issue's message names its place)."""
     if isinstance(detail, list):
         errors = [{"code": code, "message": ".".join(map(str, issue["loc"][1:])) + f": {issue['msg']}"}
@@ -159,7 +162,7 @@ def _cloudflare_errors(detail: object, code: int) -> dict:
     return {"result": None, "success": False, "errors": errors, "messages": []}
 
 
-def _field_issues(exc: BaseException) -> list[dict]:
+def _field_issues(exc: BaseException) -> list[dict[str, Any]]:
     if isinstance(exc, RequestValidationError):
         return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "value_error")}
                 for e in exc.errors()]

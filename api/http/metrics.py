@@ -6,22 +6,26 @@ Knows nothing of FastAPI routes or the model beyond the Decision fields it reads
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from omni.contract.types import Decision
-from omni.serve.surface import ServingEngine
+from omni.model.cache import CacheStats
+from omni.serve.batcher import BatcherStats
+from omni.serve.surface import LongPrefillStats, ServingEngine
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 STAGES = ("decode", "queue", "forward")
+S = TypeVar("S")            # what a scrape-time collector reads
 
 
 class Metrics:
-    def __init__(self):
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("omni_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
@@ -72,28 +76,28 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-class _ScrapeCollector:
+class _ScrapeCollector(Generic[S]):
     """Reads a `stats()` callable at scrape time (nothing until one is set) and turns its value into families."""
 
-    def __init__(self):
-        self.stats: Callable[[], Any] | None = None
+    def __init__(self) -> None:
+        self.stats: Callable[[], S | None] | None = None
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         value = self.stats() if self.stats is not None else None
         if value is not None:               # None: nothing to show now (no serving path, say)
             yield from self.families(value)
 
-    def families(self, stats: Any) -> Iterable:
+    def families(self, stats: S) -> Iterable[Metric]:
         raise NotImplementedError
 
 
-class _BatcherCollector(_ScrapeCollector):
+class _BatcherCollector(_ScrapeCollector[BatcherStats]):
     """`MicroBatcher.stats()`: per-batch sizes (not per request), queue depth, drops."""
 
-    def families(self, stats):
+    def families(self, stats: BatcherStats) -> Iterable[Metric]:
         depth = GaugeMetricFamily("omni_queue_depth", "requests waiting for the model thread")
         depth.add_metric([], stats.queue_depth)
         batches = CounterMetricFamily("omni_batches", "model batches run, by size", labels=["size"])
@@ -105,10 +109,10 @@ class _BatcherCollector(_ScrapeCollector):
         return depth, batches, dropped
 
 
-class _CacheCollector(_ScrapeCollector):
+class _CacheCollector(_ScrapeCollector[dict[str, CacheStats]]):
     """The media and prefix caches' counters (name -> CacheStats): hits, misses, evictions, refusals, bytes."""
 
-    def families(self, caches):
+    def families(self, caches: dict[str, CacheStats]) -> Iterable[Metric]:
         counters = {name: CounterMetricFamily(f"omni_cache_{name}", f"cache {name}, by cache", labels=["cache"])
                     for name in ("hits", "misses", "evictions", "refused")}
         used = GaugeMetricFamily("omni_cache_bytes", "bytes held, by cache", labels=["cache"])
@@ -123,10 +127,10 @@ class _CacheCollector(_ScrapeCollector):
         return (*counters.values(), used, budget, entries)
 
 
-class _LongPrefillCollector(_ScrapeCollector):
+class _LongPrefillCollector(_ScrapeCollector[LongPrefillStats]):
     """The engine's long-prefill admission: in flight, refused for want of time."""
 
-    def families(self, stats):
+    def families(self, stats: LongPrefillStats) -> Iterable[Metric]:
         in_flight = GaugeMetricFamily("omni_long_prefills_in_flight", "long prefills admitted and not yet ended")
         in_flight.add_metric([], stats["in_flight"])
         refused = CounterMetricFamily("omni_long_prefills_refused",

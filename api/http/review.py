@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -21,6 +23,8 @@ from api.http.routes import require_api_key, service
 from omni.contract.errors import InvalidRequest
 from omni.contract.json_values import load_json
 from omni.learn.review_queue import ORDERS, ReviewQueues
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/v1/review", dependencies=[Depends(require_api_key)], tags=["review"],
                    responses=schemas.REVIEW_RESPONSES)
@@ -35,7 +39,7 @@ def _queues(request: Request) -> ReviewQueues:
     return queues
 
 
-def _found(call, *args):
+def _found(call: Callable[..., T], *args: object) -> T:
     try:
         return call(*args)
     except KeyError as exc:

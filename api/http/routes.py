@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Request, Response
@@ -35,6 +35,9 @@ from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 from omni.serve.surface import ServingEngine
 
+if TYPE_CHECKING:
+    from omni.learn.review_queue import ReviewQueues
+
 log = logging.getLogger("omni.api")
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
 
@@ -49,7 +52,7 @@ class ServiceState:
     parse_limiter: anyio.CapacityLimiter | None = None
     drain_started: float | None = None   # time.monotonic() of SIGTERM / shutdown
     load_error: str | None = None
-    review: Any = None                   # omni.learn.review_queue.ReviewQueues with --review-dir, else None
+    review: ReviewQueues | None = None   # the review queues with --review-dir, else None
     reports: dict = dataclasses.field(default_factory=dict)   # report id -> eval report directory
 
     def begin_drain(self) -> None:

@@ -128,7 +128,9 @@ class Settings:
         """Apply typed values keyed by field name (`model` for the checkpoint, `media_*` for media limits)."""
         own = {f.name for f in dataclasses.fields(Settings)} - {"engine", "unknown_env"}
         engine_names = {f.name for f in dataclasses.fields(EngineConfig)}
-        top, eng, media = {}, {}, {}
+        top: dict[str, Any] = {}
+        eng: dict[str, Any] = {}
+        media: dict[str, Any] = {}
         for key, value in values.items():
             if key == "model":
                 eng["model_path"] = value or None

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import zstandard
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 from api.http.errors import BodyTooLarge, UnsupportedContentType
 from omni.contract.errors import InvalidRequest
@@ -113,11 +117,11 @@ def split_multipart(data: bytes, content_type: str, max_parts: int) -> list[_Raw
     headers: list[tuple[bytes, bytes]] = []
     cur = {"field": b"", "value": b""}
 
-    def on_header_end():
+    def on_header_end() -> None:
         headers.append((cur["field"].lower(), cur["value"]))
         cur["field"] = cur["value"] = b""
 
-    def on_headers_finished():
+    def on_headers_finished() -> None:
         if len(parts) >= max_parts:
             raise InvalidRequest.one((), f"more than {max_parts} multipart parts", "too_long")
         hdr = dict(headers)
@@ -130,7 +134,7 @@ def split_multipart(data: bytes, content_type: str, max_parts: int) -> list[_Raw
                               filename.decode("utf-8", "replace") if filename is not None else None,
                               _mime(hdr.get(b"content-type", b"").decode("latin-1"))))
 
-    callbacks = {
+    callbacks: MultipartCallbacks = {
         "on_header_field": lambda d, s, e: cur.__setitem__("field", cur["field"] + d[s:e]),
         "on_header_value": lambda d, s, e: cur.__setitem__("value", cur["value"] + d[s:e]),
         "on_header_end": on_header_end,

@@ -25,7 +25,7 @@ HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
 def _file(name: str) -> Response:
     if name not in FILES:
         raise HTTPException(404, f"no workbench file {name!r}")
-    data = resources.files("api.http").joinpath("static", name).read_bytes()
+    data = resources.files("api.http").joinpath("static").joinpath(name).read_bytes()
     return Response(data, media_type=FILES[name], headers=HEADERS)
 
 

@@ -31,7 +31,7 @@ def register() -> str:
 
 def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-              **kwargs) -> tuple[torch.Tensor, None]:
+              **kwargs: object) -> tuple[torch.Tensor, None]:
     """query [B, Hq, S, d], key/value [B, Hkv, P + S, d] -> ([B, S, Hq, d], None), causal with the queries last."""
     if attention_mask is not None:
         raise ValueError("omni_sdpa runs causal attention only (no padding masks)")

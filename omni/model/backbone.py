@@ -11,13 +11,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from torch import nn
 
 from omni.contract.errors import CheckpointError
 from omni.model import attention
+
+if TYPE_CHECKING:
+    from transformers import Cache, Qwen3OmniMoeThinkerForConditionalGeneration
+    from transformers.cache_utils import DynamicLayer
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ def checkpoint_key(runtime_key: str) -> str:
     return runtime_key
 
 
-def _check_loading_info(info: dict) -> None:
+def _check_loading_info(info: dict[str, Any]) -> None:
     unexpected = [k for k in info.get("unexpected_keys", ()) if not k.startswith(ALLOWED_UNEXPECTED_PREFIXES)]
     problems = []
     if info.get("missing_keys"):
@@ -73,6 +77,13 @@ def _check_loading_info(info: dict) -> None:
         raise CheckpointError("backbone weights do not match config.json — " + " | ".join(problems))
 
 
+class MediaTiming(TypedDict):
+    """The thinker's audio/video timing constants (`MediaEncoder`'s keyword arguments)."""
+
+    position_id_per_seconds: float
+    n_window: int
+
+
 @dataclass
 class BackboneBatch:
     """Right-padded inputs of several records. input_ids [B, L]; position_ids [3, B, L]; row b is real for its
@@ -87,7 +98,8 @@ class BackboneBatch:
 class Backbone:
     """A loaded thinker: `hidden_states(records)` → one [T_i, H] tensor per record, in one forward."""
 
-    def __init__(self, thinker: nn.Module, lexical_table: torch.Tensor, device: str, dtype: torch.dtype):
+    def __init__(self, thinker: Qwen3OmniMoeThinkerForConditionalGeneration, lexical_table: torch.Tensor, device: str,
+                 dtype: torch.dtype):
         self.thinker = thinker
         self.peft_model: nn.Module | None = None    # LoRA adapters around the thinker while fine-tuning injects them
         self.lexical_table = lexical_table          # [V, H], the original untied lm_head weight
@@ -104,9 +116,11 @@ class Backbone:
         config = AutoConfig.from_pretrained(directory)
         config.enable_audio_output = False
         try:
-            model, info = Qwen3OmniMoeForConditionalGeneration.from_pretrained(
+            # with output_loading_info=True it returns (model, info), which its annotation does not say
+            loaded: Any = Qwen3OmniMoeForConditionalGeneration.from_pretrained(
                 directory, config=config, dtype=torch_dtype, output_loading_info=True, ignore_mismatched_sizes=True,
                 attn_implementation=attn_implementation, device_map={"": device})
+            model, info = loaded
         except (OSError, ValueError, RuntimeError) as exc:
             raise CheckpointError(f"could not load the backbone from {directory}: {exc}") from exc
         _check_loading_info(info)
@@ -114,14 +128,14 @@ class Backbone:
         if attn_implementation == "sdpa":       # the text layers: causal SDPA that also continues caches, maskless
             thinker.set_attn_implementation({"text_config": attention.register()})
         lexical_table = thinker.lm_head.weight.detach()
-        thinker.lm_head = nn.Identity()
+        thinker.lm_head = nn.Identity()        # hidden states out; its weight is kept as the lexical table
         thinker.requires_grad_(False)
         return cls(thinker, lexical_table, device, torch_dtype)
 
     @property
-    def media_timing(self) -> dict:
-        """The thinker's audio/video timing constants the media encoder must agree with (notes §1.3)."""
-        config = self.thinker.config
+    def media_timing(self) -> MediaTiming:
+        """The thinker's audio/video timing constants the media encoder must agree with."""
+        config: Any = self.thinker.config      # transformers types its nested sub-configs loosely
         return {"position_id_per_seconds": float(config.position_id_per_seconds),
                 "n_window": int(config.audio_config.n_window)}
 
@@ -166,11 +180,11 @@ class Backbone:
         """
         return self._prefill(batch, use_cache=False)[0]
 
-    def prefill_with_cache(self, batch: BackboneBatch) -> tuple[torch.Tensor, Any]:
+    def prefill_with_cache(self, batch: BackboneBatch) -> tuple[torch.Tensor, Cache]:
         """`padded_hidden_states` plus every position's keys and values (a transformers Cache) to take prefixes from."""
         return self._prefill(batch, use_cache=True)
 
-    def _prefill(self, batch: BackboneBatch, use_cache: bool) -> tuple[torch.Tensor, Any]:
+    def _prefill(self, batch: BackboneBatch, use_cache: bool) -> tuple[torch.Tensor, Cache]:
         media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
                  for k, v in batch.media.items()}
         # No padding mask, on purpose: the pads sit after every real token, so under causal attention no real token
@@ -183,19 +197,20 @@ class Backbone:
         return output.last_hidden_state, output.past_key_values
 
     @staticmethod
-    def prefix_kv(cache: Any, row: int, length: int) -> KV:
+    def prefix_kv(cache: Cache, row: int, length: int) -> KV:
         """Row `row`'s keys and values for its first `length` positions, per layer (copies: [1, heads, P, d])."""
-        return tuple((layer.keys[row:row + 1, :, :length].clone(), layer.values[row:row + 1, :, :length].clone())
-                     for layer in cache.layers)
+        return tuple((keys[row:row + 1, :, :length].clone(), values[row:row + 1, :, :length].clone())
+                     for keys, values in map(_layer_kv, cache.layers))
 
-    def chunk_cache(self, capacity: int) -> Any:
+    def chunk_cache(self, capacity: int) -> Cache:
         """An empty key/value cache for one record's prefill in chunks, room for `capacity` positions per layer."""
         from transformers import Cache
 
-        layers = self.thinker.config.text_config.num_hidden_layers
+        config: Any = self.thinker.config      # transformers types its nested sub-configs loosely
+        layers = int(config.text_config.num_hidden_layers)
         return Cache(layers=[_preallocated_layer(capacity) for _ in range(layers)])
 
-    def prefill_chunk(self, cache: Any, input_ids: torch.Tensor, position_ids: torch.Tensor,
+    def prefill_chunk(self, cache: Cache, input_ids: torch.Tensor, position_ids: torch.Tensor,
                       media: dict[str, torch.Tensor]) -> torch.Tensor:
         """The next chunk of one record: input_ids [S], position_ids [3, 1, S], the media whose placeholders are in it
         -> final-norm hidden states [S, H]; its keys/values are appended to `cache` (`chunk_cache`)."""
@@ -206,9 +221,9 @@ class Backbone:
         return output.last_hidden_state[0]
 
     @staticmethod
-    def cached_kv(cache: Any) -> KV:
+    def cached_kv(cache: Cache) -> KV:
         """The keys/values a chunked prefill left in its cache (views of its buffers: no copy)."""
-        return tuple((layer.keys, layer.values) for layer in cache.layers)
+        return tuple(map(_layer_kv, cache.layers))
 
     def continue_from(self, kv: KV, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Prefill tokens that follow a cached prefix: input_ids [K, S] (right-padded), position_ids [3, K, S], the
@@ -224,7 +239,13 @@ class Backbone:
         return output.last_hidden_state
 
 
-def _preallocated_layer(capacity: int):
+def _layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache layer's keys and values (transformers types `Cache.layers` as a union of layer kinds, some without
+    keys; the thinker's text layers are all full-attention layers that have them)."""
+    return layer.keys, layer.values
+
+
+def _preallocated_layer(capacity: int) -> DynamicLayer:
     """A transformers cache layer whose keys/values live in one buffer of a known final length: appending a chunk
     copies only the chunk (the default layer's growing `torch.cat` copies everything so far at every chunk)."""
     from transformers.cache_utils import DynamicLayer
@@ -232,11 +253,12 @@ def _preallocated_layer(capacity: int):
     class PreallocatedLayer(DynamicLayer):
         is_croppable = False
 
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.length = 0
 
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
             if not self.is_initialized:
                 self.dtype, self.device = key_states.dtype, key_states.device
                 self._keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))

@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 V = TypeVar("V")
 
@@ -32,7 +32,14 @@ class CacheStats:
 PAGE_BYTES = 4096
 
 
-def resident_bytes(*arrays) -> int:
+class Allocated(Protocol):
+    """A tensor or a numpy array: anything that says how many bytes its elements take."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+def resident_bytes(*arrays: Allocated | None) -> int:
     """What tensors / numpy arrays occupy once allocated: each rounded up to whole 4 KiB pages (None counts 0).
     Charging caches this, not the bare element bytes, keeps a process's resident memory near their budgets."""
     return sum(-(-a.nbytes // PAGE_BYTES) * PAGE_BYTES for a in arrays if a is not None)

@@ -24,10 +24,18 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from omni.contract.errors import CheckpointError
+from omni.contract.types import DecisionRequest
+
+if TYPE_CHECKING:
+    import torch
+
+# a question's logits, numpy (fitting, evaluation) or torch (serving): calibration returns the same kind
+Logits = TypeVar("Logits", "np.ndarray", "torch.Tensor")
 
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_FORMAT = "omni-calibration/2"
@@ -62,7 +70,7 @@ def modality_key(kinds: Iterable[str]) -> str:
     return "+".join(found) if found else TEXT_ONLY
 
 
-def request_modality(request) -> str:
+def request_modality(request: DecisionRequest) -> str:
     """The modality set of a request (anything with `media`: items with a `kind`)."""
     return modality_key(item.kind for item in request.media)
 
@@ -83,7 +91,7 @@ class Calibration:
     temperatures: dict[str, float]
     checkpoint_fingerprint: str
     prompt_format: str = ""
-    details: dict = field(default_factory=dict)     # per group: samples, NLL before and after (for the report)
+    details: dict[str, Any] = field(default_factory=dict)   # per group: samples, NLL before and after (the report)
 
     def temperature(self, question_type: str, n_options: int, modality: str | None = None) -> float:
         """The fine bucket's temperature, else the coarse bucket's, else 1 (`modality` None: coarse only)."""
@@ -95,12 +103,12 @@ class Calibration:
                 return fine
         return self.temperatures.get(group_key(question_type, n_options), 1.0)
 
-    def apply(self, question_type: str, n_options: int, logits, modality: str | None = None):
+    def apply(self, question_type: str, n_options: int, logits: Logits, modality: str | None = None) -> Logits:
         """logits [n_options] (numpy or torch) → logits / T of the question's bucket (T = 1 when not fitted)."""
         temperature = self.temperature(question_type, n_options, modality)
         return logits if temperature == 1.0 else logits / temperature
 
-    def apply_record(self, request, logits: Sequence) -> list:
+    def apply_record(self, request: DecisionRequest, logits: Sequence[Logits]) -> list[Logits]:
         """Per question logits of one request (its question order) → calibrated logits, same order; the bucket
         takes the request's modality set from its media."""
         modality = request_modality(request)
@@ -116,7 +124,7 @@ def prompt_format_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _sample_file(digest, path: Path) -> None:
+def _sample_file(digest: hashlib._Hash, path: Path) -> None:
     """Name, size, safetensors header and evenly spaced blocks: cheap even for 60 GB of backbone shards."""
     size = path.stat().st_size
     digest.update(f"{path.name}:{size}".encode())

@@ -21,6 +21,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from omni.model.backbone import Backbone
+from omni.model.surface import TrainableModel
+
 SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
 NOT_CARRIED = ("calibration.json", "training_state.pt", "training.json")
 
@@ -59,7 +62,7 @@ def save_head(head: nn.Module, source_dir: Path, out_dir: Path) -> None:
     shutil.copy2(source_dir / "joint_head_config.json", out_dir / "joint_head_config.json")
 
 
-def save_thinker(backbone, source_dir: Path, out_dir: Path) -> None:
+def save_thinker(backbone: Backbone, source_dir: Path, out_dir: Path) -> None:
     """The thinker's weights under the released names (`thinker.*`), in the source's dtypes and shard layout."""
     thinker = backbone.thinker
     lexical = backbone.lexical_table
@@ -85,7 +88,7 @@ def save_thinker(backbone, source_dir: Path, out_dir: Path) -> None:
         thinker.lm_head = identity
 
 
-def save_released(model, source_dir: str | Path, out_dir: str | Path, backbone_trained: bool) -> Path:
+def save_released(model: TrainableModel, source_dir: str | Path, out_dir: str | Path, backbone_trained: bool) -> Path:
     """Write the model into `out_dir` in the released layout (files in it that this writes are replaced)."""
     source, out = Path(source_dir), Path(out_dir)
     if source.resolve() == out.resolve():

@@ -7,7 +7,9 @@ answers: it sees a [T, H] tensor, token ids, the lexical table (the backbone's u
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +103,7 @@ class JointSchemaHead(nn.Module):
 
     def forward_batch(self, hidden: torch.Tensor, lengths: list[int], input_ids: torch.Tensor,
                       lexical_table: torch.Tensor, spans: list[RecordSpans],
-                      prefix_memory: list[torch.Tensor | None] | None = None) -> list[list[torch.Tensor]]:
+                      prefix_memory: Sequence[torch.Tensor | None] | None = None) -> list[list[torch.Tensor]]:
         """Several records at once; each record's logits equal its one-record pass (up to float rounding).
 
         hidden [B, L, H] right-padded (row b is real for its first lengths[b] positions), input_ids [B, L] →
@@ -125,8 +127,8 @@ class JointSchemaHead(nn.Module):
             memory, lengths_m = _with_prefix(memory, lengths, prefix_memory)             # [B, L', W]
         else:
             lengths_m = lengths_t
-        memory_padding = torch.arange(memory.shape[1], device=device)[None] >= lengths_m[:, None]  # True = padding
-        memory_padding = memory_padding if bool(memory_padding.any()) else None       # none: MHA's fast path
+        padding = torch.arange(memory.shape[1], device=device)[None] >= lengths_m[:, None]  # True = padding
+        memory_padding = padding if bool(padding.any()) else None                     # none: MHA's fast path
         flat = h.reshape(B * L, -1)
         last = flat[torch.arange(B, device=device) * L + lengths_t - 1]                 # g per record: [B, H]
         shifted = [s.shifted(b * L) for b, s in enumerate(spans)]
@@ -184,7 +186,7 @@ class JointSchemaHead(nn.Module):
 
 
 def _with_prefix(memory: torch.Tensor, lengths: list[int],
-                 prefix_memory: list[torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
+                 prefix_memory: Sequence[torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
     """Each record's prefix memory rows followed by its own rows, right-padded: ([B, L', W], lengths [B])."""
     prefixes = [m if m is not None else memory.new_zeros(0, memory.shape[-1]) for m in prefix_memory]
     totals = [len(p) + n for p, n in zip(prefixes, lengths)]
@@ -204,7 +206,8 @@ def _pad_rows(rows: torch.Tensor, counts: list[int]) -> tuple[torch.Tensor, torc
     return padded, real
 
 
-def span_layout(spans, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def span_layout(spans: Sequence[tuple[int, int]],
+                device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Flatten [start, end) spans: (token index [S], segment id per token [S], span lengths [N])."""
     starts = torch.tensor([s for s, _ in spans], dtype=torch.long)
     lengths = torch.tensor([e - s for s, e in spans], dtype=torch.long)
@@ -222,7 +225,7 @@ def segment_means(values: torch.Tensor, segment: torch.Tensor, lengths: torch.Te
     return sums / lengths.to(values.dtype)[:, None]
 
 
-def span_means(rows: torch.Tensor, spans) -> torch.Tensor:
+def span_means(rows: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:
     """Mean of rows[start:end] for each span: rows [T, D] → [len(spans), D] (one gather + index_add)."""
     index, segment, lengths = span_layout(spans, rows.device)
     return segment_means(rows.index_select(0, index), segment, lengths)
@@ -233,10 +236,9 @@ def option_probabilities(logits: list[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.softmax(x.float(), dim=-1) for x in logits]
 
 
-def load_joint_head(directory, device: str = "cpu", dtype: torch.dtype = torch.float32) -> JointSchemaHead:
+def load_joint_head(directory: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> JointSchemaHead:
     """Build the head from `joint_head_config.json` and load `joint_head.safetensors` with strict=True."""
     import json
-    from pathlib import Path
 
     from safetensors.torch import load_file
 

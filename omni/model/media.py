@@ -17,6 +17,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from omni.model.cache import ByteLRU, resident_bytes
 from preprocess.align import PlaceholderIds, hear_videos
 from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ
@@ -48,7 +50,7 @@ class MediaEncoder:
                  position_id_per_seconds: float = 13.0, n_window: int = 50,
                  policy: VideoFramePolicy = VideoFramePolicy()):
         self.parts, self.limits, self.policy = parts, limits, policy
-        self.timing = {"position_id_per_seconds": position_id_per_seconds, "n_window": n_window}
+        self.position_id_per_seconds, self.n_window = position_id_per_seconds, n_window
         self.cache: ByteLRU[ItemEncoding] = ByteLRU(cache_bytes)
         processor = {key: getattr(parts.image_processor, key, None) for key in IMAGE_PROCESSOR_KEYS}
         self._settings = hashlib.blake2b(repr((limits, sorted(processor.items()), policy)).encode(),
@@ -76,7 +78,7 @@ class MediaEncoder:
         encoded = assemble_media(encodings, image_processor=self.parts.image_processor,
                                  feature_extractor=self.parts.feature_extractor,
                                  token_ids=PlaceholderIds.from_mapping(self.parts.special_ids, self.parts.newline_ids),
-                                 **self.timing)
+                                 position_id_per_seconds=self.position_id_per_seconds, n_window=self.n_window)
         tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
         return RequestMedia(replace(encoded, tokens_by_modality=tokens), ",".join(digests), cached, len(items))
 
@@ -86,14 +88,19 @@ def _check_hearable(items: Sequence[MediaItem], encodings: Sequence[ItemEncoding
     frame of features (HEARABLE_SAMPLES), and then every clip is heard (a shorter one is padded). Otherwise refuse
     the longest clip, in words that say how short it is and what the minimum is. (An empty clip never gets here:
     `preprocess.audio` refuses it as corrupt; a soundtrack under the minimum counts as none.)"""
-    clips = [(len(e.samples), item) for item, e in zip(items, encodings) if item.slot == "audio"]
+    clips = [(_length(e.samples), item) for item, e in zip(items, encodings) if item.slot == "audio"]
     if not clips:
         return
     tracks = [e.samples for e in encodings if e.slot == "videos"]
-    heard_tracks = [len(track) for track in tracks] if hear_videos(tracks) else []
+    heard_tracks = [_length(track) for track in tracks] if hear_videos(tracks) else []
     if max([n for n, _ in clips] + heard_tracks) < HEARABLE_SAMPLES:
         n, item = max(clips, key=lambda clip: clip[0])
         raise CorruptMedia(item, f"{n / SAMPLE_RATE_HZ * 1000:.1f} ms of audio ({n} samples at 16 kHz) is too short "
                                  f"to hear alone: the minimum is {HEARABLE_SAMPLES / SAMPLE_RATE_HZ * 1000:.1f} ms "
                                  f"({HEARABLE_SAMPLES} samples at 16 kHz, one frame of features); sent with a longer "
                                  f"clip it is heard")
+
+
+def _length(samples: np.ndarray | None) -> int:
+    """Samples in a clip or a soundtrack (none: 0)."""
+    return 0 if samples is None else len(samples)

@@ -7,13 +7,16 @@ Knows nothing of the model, media decoding or HTTP: media arrive as already-expa
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni.contract.errors import ContextTooLong
 from omni.contract.types import TYPE_INDEX, DecisionRequest, Question
 from omni.model.head import RecordSpans
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SYSTEM_PROMPT = ("Read the complete state and schema. Decide every field jointly. Each answer must be exactly one "
                  "of that field's allowed options.")
@@ -92,7 +95,7 @@ class EncodedPrompt:
 class PromptEncoder:
     """Renders requests into the reference prompt with one tokenizer; fixed segments are tokenized once."""
 
-    def __init__(self, tokenizer, max_context_tokens: int):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_context_tokens: int):
         self.tokenizer = tokenizer
         self.max_context_tokens = max_context_tokens
         self.prefix_ids = self._ids([PREFIX])[0]
@@ -175,10 +178,13 @@ class PromptEncoder:
                 return StateTokens(trusted[:budget], budget + estimate, False, len(text) - kept_end)
             limit *= 2
 
-    def _block(self, segments, pieces, questions) -> tuple[list[int], RecordSpans]:
+    def _block(self, segments: Sequence[tuple[str, str]], pieces: Iterator[list[int]],
+               questions: Sequence[Question]) -> tuple[list[int], RecordSpans]:
         """One block's ids (its schema segments, then the suffix) and its spans relative to the block's start."""
         ids: list[int] = []
-        question_spans, option_spans, current = [], [], []
+        question_spans: list[tuple[int, int]] = []
+        option_spans: list[tuple[tuple[int, int], ...]] = []
+        current: list[tuple[int, int]] = []
         for role, _ in segments:
             start = len(ids)
             ids.extend(next(pieces))

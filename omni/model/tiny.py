@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import save_file
 
 from omni.model.head import JointSchemaHead
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, Qwen2Tokenizer
 
 SPECIAL_TOKENS = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
@@ -78,7 +82,7 @@ TINY_AUDIO = {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads
                   "conv_chunksize": 500}
 
 
-def build_tokenizer(vocab_size: int = 1000):
+def build_tokenizer(vocab_size: int = 1000) -> Qwen2Tokenizer:
     """A byte-level BPE with Qwen's pre-tokenizer, trained on a fixed corpus; specials appended in release order."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
@@ -98,7 +102,10 @@ def build_tokenizer(vocab_size: int = 1000):
     base = len(vocab)
     for offset, token in enumerate(SPECIAL_TOKENS):  # fixes the specials' ids and order before add_tokens
         vocab[token] = base + offset
-    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None, bos_token=None, eos_token="<|im_end|>",
+    # the annotations say merges are strings and unk_token a string; the class takes (a, b) pairs and None (Qwen's own
+    # tokenizer has no unknown token), as transformers' converters pass them
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=merges, unk_token=None,  # type: ignore[arg-type]
+                               bos_token=None, eos_token="<|im_end|>",
                                pad_token="<|endoftext|>", extra_special_tokens=dict(MULTIMODAL_TOKENS),
                                model_max_length=65536)
     tokenizer.add_tokens([AddedToken(t, special=t not in NOT_SPECIAL, normalized=False) for t in SPECIAL_TOKENS])
@@ -109,7 +116,8 @@ def build_tokenizer(vocab_size: int = 1000):
     return tokenizer
 
 
-def thinker_config(tokenizer, text=None, vision=None, audio=None) -> dict:
+def thinker_config(tokenizer: PreTrainedTokenizerBase, text: dict[str, Any] | None = None,
+                   vision: dict[str, Any] | None = None, audio: dict[str, Any] | None = None) -> dict[str, Any]:
     """Thinker config dict with the token-id fields the released config.json carries (some are undeclared)."""
     ids = tokenizer.convert_tokens_to_ids
     text = {**TINY_TEXT, **(text or {}), "vocab_size": len(tokenizer)}
@@ -123,12 +131,13 @@ def thinker_config(tokenizer, text=None, vision=None, audio=None) -> dict:
                 "tie_word_embeddings": False}
 
 
-def tiny_head_config(hidden_size: int) -> dict:
+def tiny_head_config(hidden_size: int) -> dict[str, Any]:
     return {"hidden_size": hidden_size, "width": 32, "routing_layers": 1, "layers": 2, "heads": 4,
             "feedforward": 64, "dropout": 0.0}
 
 
-def write_checkpoint(out_dir: str | Path, seed: int = 0, text: dict | None = None, head: dict | None = None) -> Path:
+def write_checkpoint(out_dir: str | Path, seed: int = 0, text: dict[str, Any] | None = None,
+                     head: dict[str, Any] | None = None) -> Path:
     """Write a complete random checkpoint directory. Same seed and shapes ⇒ same weight bytes."""
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
 
@@ -139,7 +148,8 @@ def write_checkpoint(out_dir: str | Path, seed: int = 0, text: dict | None = Non
     torch.manual_seed(seed)
     model = Qwen3OmniMoeForConditionalGeneration(config).eval()
     model.save_pretrained(out, safe_serialization=True)
-    head_config = {**tiny_head_config(config.thinker_config.text_config.hidden_size), **(head or {})}
+    thinker: Any = config.thinker_config      # transformers types its nested sub-configs loosely
+    head_config = {**tiny_head_config(thinker.text_config.hidden_size), **(head or {})}
     torch.manual_seed(seed + 1)
     joint_head = JointSchemaHead(**head_config)
     save_file({k: v.contiguous() for k, v in joint_head.state_dict().items()}, str(out / "joint_head.safetensors"))

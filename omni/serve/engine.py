@@ -287,6 +287,7 @@ def text_chars(value: Any, limit: int) -> int:
         return 0
     if isinstance(value, str):
         return len(value)
+    items: Sequence[Any]
     if isinstance(value, dict):
         items = [*value.keys(), *value.values()]
     elif isinstance(value, (list, tuple)):

@@ -54,10 +54,12 @@ class HeapTrimmer:
         return True
 
     def _loop(self) -> None:
+        trim = self._trim
+        assert trim is not None                # the thread starts only when there is one
         while True:
             self._wanted.wait()
             time.sleep(self.settle_s)      # let the request that asked finish and drop what it held
             self._wanted.clear()
-            self._trim(0)
+            trim(0)
             self.trims += 1
             time.sleep(self.min_interval_s)
