@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from omni.model.backbone import Backbone
-from omni.model.surface import TrainableModel
+from omni.model.surface import RecordT, TrainableModel
 
 SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
 NOT_CARRIED = ("calibration.json", "training_state.pt", "training.json")
@@ -88,7 +88,8 @@ def save_thinker(backbone: Backbone, source_dir: Path, out_dir: Path) -> None:
         thinker.lm_head = identity
 
 
-def save_released(model: TrainableModel, source_dir: str | Path, out_dir: str | Path, backbone_trained: bool) -> Path:
+def save_released(model: TrainableModel[RecordT], source_dir: str | Path, out_dir: str | Path,
+                  backbone_trained: bool) -> Path:
     """Write the model into `out_dir` in the released layout (files in it that this writes are replaced)."""
     source, out = Path(source_dir), Path(out_dir)
     if source.resolve() == out.resolve():
