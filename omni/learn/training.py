@@ -145,10 +145,6 @@ def merge_lora(model: TrainableModel[RecordT]) -> None:
     """Fold LoRA adapters into the thinker's weights (a no-op without adapters)."""
     peft_model = model.backbone.peft_model
     if peft_model is not None:
-        from peft import PeftModel  # installed: it made the adapters
-
-        if not isinstance(peft_model, PeftModel):
-            raise TypeError(f"backbone.peft_model is a {type(peft_model).__name__}, not peft's PeftModel")
         model.backbone.thinker = peft_model.merge_and_unload()
         model.backbone.peft_model = None
 

@@ -20,6 +20,7 @@ from omni.contract.errors import CheckpointError
 from omni.model import attention
 
 if TYPE_CHECKING:
+    from peft import PeftModel
     from transformers import Cache, Qwen3OmniMoeThinkerForConditionalGeneration
     from transformers.cache_utils import DynamicLayer
 
@@ -101,7 +102,7 @@ class Backbone:
     def __init__(self, thinker: Qwen3OmniMoeThinkerForConditionalGeneration, lexical_table: torch.Tensor, device: str,
                  dtype: torch.dtype):
         self.thinker = thinker
-        self.peft_model: nn.Module | None = None    # LoRA adapters around the thinker while fine-tuning injects them
+        self.peft_model: PeftModel | None = None    # LoRA adapters around the thinker while fine-tuning injects them
         self.lexical_table = lexical_table          # [V, H], the original untied lm_head weight
         self.device, self.dtype = device, dtype
         self.hidden_size = int(lexical_table.shape[1])
