@@ -8,7 +8,8 @@ wrote. A server block starts
 `omni serve` / `omni review` on a free port, waits for /ready, runs the block's other commands against it (a curl must
 get a 2xx, and a JSON body that is not an error), then stops it with SIGTERM and expects a clean exit (0). The main
 job's stated answers (README: label visible ≈ 0.98, sounds normal ≈ 0.02, fan running ≈ 0.98, severity ≈ 1, next
-step rework) are checked on its output.
+step rework) are checked on its output. Also: every page exists and is linked from the README, relative links and
+their anchors resolve, the README's commands are what `.ci/run` runs, and no file points outside the repository.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_every_runnable_block_runs_or_says_why_not():
     assert not problems, "\n".join(problems)
 
 
-def test_the_pages_exist_and_nothing_points_outside_the_repository():
+def test_the_pages_exist_and_their_links_resolve():
     names = {p.name for p in PAGES}
     assert {"README.md", "architecture.md", "serving.md", "media.md", "review-and-batch.md", "learning.md",
             "scaling-out.md", "deployment.md", "performance.md"} <= names
@@ -73,7 +74,6 @@ def test_the_pages_exist_and_nothing_points_outside_the_repository():
     assert len(readme.splitlines()) <= 200
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
-        assert "../shared" not in text, f"{page_id(page)} points outside the repository"
         for target, anchor in re.findall(r"\]\((?!https?://)([^)#]*)(?:#([^)]*))?\)", text):   # links resolve
             path = page.parent / target if target else page
             assert path.exists(), f"{page_id(page)} links to {target}, which does not exist"
@@ -81,6 +81,23 @@ def test_the_pages_exist_and_nothing_points_outside_the_repository():
                 assert anchor in anchors(path), f"{page_id(page)} links to {target}#{anchor}: no such heading"
         if page.parent.name == "docs":
             assert f"(docs/{page.name})" in readme, f"the README does not link to docs/{page.name}"
+
+
+OUTSIDE = "../" + "shared"          # the sessions' folder beside the repository (written so as not to match itself)
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".sh", ".txt", ".json", ".js", ".html", ".css", ".cfg", ""}
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    """A clone holds the repository only: no file may send its reader to a folder beside it."""
+    skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
+            "test-artifacts", "build", "dist"}
+    offenders = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]
+        for path in (Path(folder) / name for name in files):
+            if path.suffix in TEXT_SUFFIXES and OUTSIDE in path.read_text(encoding="utf-8", errors="replace"):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, f"these files point to {OUTSIDE}: {offenders}"
 
 
 def anchors(page: Path) -> set[str]:
