@@ -4,10 +4,9 @@ marker says why not (the markers: `tests/integration/docs/blocks.py`).
 Each page runs in a scratch directory of its own that sees the repository's `examples/` and `.venv/` (so
 `.venv/bin/omni` and `omni` both work), with the environment's `OMNI_*` variables cleared, one thread per process
 and the hub offline; two pages run at a time. Blocks run in page order, so a later command uses what an earlier one
-wrote. A server block starts
-`omni serve` / `omni review` on a free port, waits for /ready, runs the block's other commands against it (a curl must
-get a 2xx, and a JSON body that is not an error), then stops it with SIGTERM and expects a clean exit (0). The main
-job's stated answers (README: label visible ≈ 0.98, sounds normal ≈ 0.02, fan running ≈ 0.98, severity ≈ 1, next
+wrote. A server block starts `omni serve` / `omni review` on a free port, waits for /ready, runs the block's other
+commands against it (a curl must get a 2xx, and a JSON body that is not an error), then stops it with SIGTERM and
+expects a clean exit (0). The main job's stated answers (README: label visible ≈ 0.98, sounds normal ≈ 0.02, fan running ≈ 0.98, severity ≈ 1, next
 step rework) are checked on its output. Also: every page exists and is linked from the README, relative links and
 their anchors resolve, the README's commands are what `.ci/run` runs, and no file points outside the repository.
 """
