@@ -94,3 +94,10 @@ def test_benchmarks_import_the_installed_package(path):
     """No sys.path edits, and no script named like a package (its folder comes first on sys.path when it runs)."""
     assert "sys.path" not in path.read_text(encoding="utf-8")
     assert path.stem not in {"omni", "preprocess", "api", "fixtures", "tests"}
+
+
+def test_no_module_of_the_model_room_is_over_300_lines():
+    """A file does one job (loading, inputs, prefix state, forward, ...): none in omni/model/ outgrows 300 lines."""
+    long = {p.name: n for p in (ROOT / "omni" / "model").glob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300}
+    assert long == {}, long
