@@ -7,9 +7,10 @@ random Qwen3-Omni MoE checkpoint written by `omni.model.tiny.write_checkpoint` i
   (b) split   — one `decide` per question, each request holding that question alone (the honest per-question
                 baseline: same state, same prompt style, one prefill each);
   (c) json    — the same prompt ending with an instruction to answer as a JSON object, one prefill with a KV cache,
-                then greedy decoding with the backbone's own LM head (the kept `lexical_table`) for exactly as many
-                tokens as the JSON answer object needs (counted with the checkpoint's tokenizer, plus <|im_end|>).
-                The random model neither writes valid JSON nor stops, so the token count is fixed in advance.
+                then greedy decoding with the thinker's own LM head for exactly as many tokens as the JSON answer
+                object needs (counted with the checkpoint's tokenizer, plus <|im_end|>), in plain transformers (the
+                same weights loaded on their own, stock SDPA attention). The random model neither writes valid JSON
+                nor stops, so the token count is fixed in advance.
 
 and prints JSON lines, a stage breakdown (prompt encoding, backbone, head, the rest; prefill vs decode for (c)), a
 multiply-accumulate model of the same three workloads, and a table of the ratios (b)/(a) and (c)/(a), all measured in
@@ -25,10 +26,10 @@ serving path (HTTP, admission, micro-batcher), any real checkpoint, and the mode
 through the public `DecisionEngine.decide`; their stages come from what the engine reports (`Decision.timings_ms`:
 decode, encode, forward) plus the time the thinker's transformer spends inside that forward, read by torch forward
 hooks on `engine.model.backbone.thinker.model` (transformers' module, which every prefill goes through): head =
-forward - backbone. Token counts come from `engine.model.prepare(request).num_tokens`. (c) runs transformers' own
-API on `backbone.thinker.model` with a `DynamicCache` and `backbone.lexical_table`; its prompt is built by
-`omni.model.prompt.PromptEncoder` with the checkpoint's tokenizer (loaded here with `AutoTokenizer`), checked to have
-as many tokens as the engine's prompt. The workload and the MAC model live in `onepass_workload.py`, the JSON lines
+forward - backbone. Token counts come from `engine.model.prepare(request).num_tokens`. (c) is transformers' own API
+on the checkpoint's thinker loaded on its own (its lm_head checked equal to `backbone.lexical_table`) with a
+`DynamicCache`; its prompt is built by `omni.model.prompt.PromptEncoder` with the checkpoint's tokenizer (loaded here
+with `AutoTokenizer`), checked to have as many tokens as the engine's prompt. The workload and the MAC model live in `onepass_workload.py`, the JSON lines
 and tables in `onepass_report.py` (both beside this script).
 
     .venv/bin/python benchmarks/onepass.py [--counts 1,8,64] [--repeats 3] [--max-rounds 15] [--budget-s 10]
@@ -128,19 +129,29 @@ def split(engine: DecisionEngine, singles: list[DecisionRequest], per_pass_ms: l
 class JsonGenerator:
     """(c): prefill the JSON-instruction prompt with a KV cache, then greedy-decode `n_new` tokens.
 
-    Transformers' own API on the loaded thinker (`backbone.thinker.model`: embeddings, decoder, final norm) with a
-    `DynamicCache` and explicit 3-D positions; logits of the last position only, from `backbone.lexical_table` (the
-    thinker's untied lm_head weight, which the engine never applies).
+    Plain transformers, as a JSON-generating deployment would run it: the checkpoint's thinker loaded on its own with
+    transformers' SDPA attention (the engine's thinker runs "omni_sdpa", made for prefills that continue a cache; a
+    decode step with it costs ~2x, measured 59-66 vs 23-31 ms at 13k tokens here, with equal outputs), the same
+    weights as the engine's (checked), a `DynamicCache` and explicit 3-D positions; logits of the last position only,
+    from its lm_head.
     """
 
-    def __init__(self, engine: DecisionEngine, encoder: PromptEncoder):
+    def __init__(self, engine: DecisionEngine, encoder: PromptEncoder, directory: Path):
+        from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
         from transformers.cache_utils import DynamicCache
 
+        config = AutoConfig.from_pretrained(directory)
+        config.enable_audio_output = False
+        model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(directory, config=config, dtype=torch.float32,
+                                                                     attn_implementation="sdpa")
+        self.thinker = model.thinker.eval().requires_grad_(False)
+        assert torch.equal(self.thinker.lm_head.weight, engine.model.backbone.lexical_table.cpu()), \
+            "(c)'s thinker is not the engine's"
         self.cache_class = DynamicCache
         self.encoder = encoder
-        self.backbone = engine.model.backbone
-        self.text_model = self.backbone.thinker.model
-        self.lm_head = self.backbone.lexical_table             # [V, H]
+        self.text_model = self.thinker.model                    # embeddings, decoder, final norm
+        self.lm_head = self.thinker.lm_head.weight              # [V, H]
+        self.device = self.lm_head.device
         self.instruction_ids = encoder.tokenizer(JSON_INSTRUCTION, add_special_tokens=False)["input_ids"]
 
     def prompt_ids(self, request: DecisionRequest) -> list[int]:
@@ -155,10 +166,10 @@ class JsonGenerator:
         """Encode, prefill and decode `n_new` tokens -> token counts, ids, text and the three stage times in ms."""
         t0 = time.perf_counter()
         ids = self.prompt_ids(request)
-        device = self.backbone.device
+        device = self.device
         length = len(ids)
         mask = torch.ones(1, length + n_new, dtype=torch.long, device=device)
-        cache = self.cache_class(config=self.backbone.thinker.config.text_config)
+        cache = self.cache_class(config=self.thinker.config.text_config)
         positions = torch.arange(length, device=device).view(1, 1, -1).expand(3, 1, -1)
         t1 = time.perf_counter()
         out = self.text_model(input_ids=torch.tensor([ids], device=device), attention_mask=mask[:, :length],
@@ -268,7 +279,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return args, counts
 
 
-def load_engine(tmp: Path, seed: int, started: float) -> tuple[DecisionEngine, PromptEncoder]:
+def load_engine(tmp: Path, seed: int, started: float) -> tuple[DecisionEngine, PromptEncoder, Path]:
     """Write the random checkpoint into `tmp`, load an engine on it (caches off), check its shapes and emit them;
     also the reference prompt encoder with the checkpoint's own tokenizer (for (c) and the schema's length)."""
     from transformers import AutoTokenizer
@@ -290,7 +301,7 @@ def load_engine(tmp: Path, seed: int, started: float) -> tuple[DecisionEngine, P
           "parameters_m": round(sum(p.numel() for p in engine.model.backbone.thinker.model.language_model
                                     .parameters()) / 1e6, 2),
           "setup_s": round(time.perf_counter() - started, 2)})
-    return engine, encoder
+    return engine, encoder, directory
 
 
 @dataclass
@@ -308,13 +319,14 @@ class Setup:
         return DecisionRequest(state=self.state, questions=self.full.questions[:n], model=self.full.model)
 
 
-def build_setup(engine: DecisionEngine, encoder: PromptEncoder, state_tokens: int, most: int) -> Setup:
+def build_setup(engine: DecisionEngine, encoder: PromptEncoder, directory: Path, state_tokens: int,
+                most: int) -> Setup:
     """Build the ~`state_tokens` state and the request with `most` questions; emit the workload line."""
     state, state_tokens = build_state(encoder.tokenizer, state_tokens)
     full = parse_request({**moderation_body(most), "state": state}, engine.config)
     emit({"event": "workload", "state_tokens": state_tokens, "messages": len(state["messages"]),
           "question_types": {t: sum(q.type == t for q in full.questions) for t in ("noul", "choice", "score")}})
-    return Setup(state, state_tokens, full, JsonGenerator(engine, encoder),
+    return Setup(state, state_tokens, full, JsonGenerator(engine, encoder, directory),
                  BackboneClock(engine.model.backbone.thinker.model))
 
 
@@ -425,8 +437,8 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory(prefix="onepass-") as tmp:
         started = time.perf_counter()
-        engine, encoder = load_engine(Path(tmp), args.seed, started)
-        setup = build_setup(engine, encoder, args.state_tokens, max(counts))
+        engine, encoder, directory = load_engine(Path(tmp), args.seed, started)
+        setup = build_setup(engine, encoder, directory, args.state_tokens, max(counts))
         warm_up(engine, setup, counts)
         rows = [measure_count(engine, setup, n, args, quiet) for n in counts]
         vocab_size = engine.model.backbone.thinker.config.text_config.vocab_size
