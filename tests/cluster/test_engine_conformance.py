@@ -4,6 +4,7 @@ the same suite against the local `DecisionEngine`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -33,6 +34,9 @@ def engine_handle(ray_instance, tiny_dir):
 @pytest.fixture
 def make_engine(engine_handle) -> Iterator[Callable[[], ServingEngine]]:
     def make() -> ServingEngine:
-        return RemoteEngine(engine_handle).start()
+        # started on a thread without an event loop, as the gateway does (its app loads the engine in a thread):
+        # Ray refuses blocking calls on a thread whose loop runs, and a full test run keeps one on the main thread
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: RemoteEngine(engine_handle).start()).result(timeout=300)
 
     yield make
