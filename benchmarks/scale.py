@@ -44,9 +44,10 @@ Starting, stopping, CPU accounting and sending are benchmarks/scale_servers.py's
                                          [--model DIR] [--server-flags "--flag V ..."] [--skip-throughput]
                                          [--skip-affinity] [--skip-p2c] [--smoke]
 
-`--smoke`: the same code path at tiny sizes (the ceiling with 2 requests, one round of 4 requests per workload on
-`one` and `two`, 2 photos asked twice, no `two_p2c` server), to check that it runs; its figures mean nothing. Each
-`omni serve --ray` start costs 15-40 s here, so even the smoke run takes a minute or two.
+`--smoke`: the same code path at tiny sizes (the ceiling with 2 requests, one round of 4 requests per workload,
+2 photos asked twice, no `two_p2c` server) and `--one-server`: every setup's part is run against ONE server, the
+`two` setup started once (an `omni serve --ray` start and stop costs ~33 s here: the smoke run is about a minute);
+a check that it runs, its figures mean nothing.
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scale_servers import PROCESS_KINDS, Server, measure, post_all
@@ -76,7 +78,7 @@ INSPECTION = json.loads((ROOT / "examples" / "inspection.json").read_text(encodi
 WORKLOADS = ("photo_audio", "text")
 # --smoke: the same code path at tiny sizes (explicit flags still win)
 SMOKE = {"rounds": 1, "requests": 4, "clients": 2, "photos": 2, "repeats": 2, "ceiling_rounds": 1,
-         "ceiling_requests": 2, "skip_p2c": True}
+         "ceiling_requests": 2, "skip_p2c": True, "one_server": True}
 
 
 # ------------------------------------------------------------------------------------------------ workloads
@@ -109,9 +111,9 @@ def throughput_bodies(workload: str, tag: int, n: int) -> list[bytes]:
     return out
 
 
-def affinity_bodies(photos: int, repeats: int, seed: int = 7) -> list[bytes]:
-    """`photos` distinct 640x480 photos, each asked `repeats` times: one state per photo, new questions each time;
-    shuffled."""
+def affinity_bodies(photos: int, repeats: int, first: int = 0) -> list[bytes]:
+    """`photos` distinct 640x480 photos (numbered from `first`), each asked `repeats` times: one state per photo, new
+    questions each time; shuffled."""
     import io
 
     from PIL import Image
@@ -119,7 +121,7 @@ def affinity_bodies(photos: int, repeats: int, seed: int = 7) -> list[bytes]:
     from fixtures.media import pattern
 
     bodies = []
-    for k in range(photos):
+    for k in range(first, first + photos):
         pixels = pattern(480, 640, index=k)           # the frame-index blocks make each photo really different
         pixels[:8, :8] = (k * 37 % 256, k * 91 % 256, 255 - k % 256)
         buffer = io.BytesIO()
@@ -131,7 +133,7 @@ def affinity_bodies(photos: int, repeats: int, seed: int = 7) -> list[bytes]:
                          for name, q in list(INSPECTION["questions"].items())[:3]}
             bodies.append(json.dumps({"model": INSPECTION["model"], "state": state, "questions": questions,
                                       "images": [image]}).encode())
-    random.Random(seed).shuffle(bodies)
+    random.Random(7).shuffle(bodies)
     return bodies
 
 
@@ -325,6 +327,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-affinity", action="store_true")
     parser.add_argument("--skip-p2c", action="store_true",
                         help="affinity without the two_p2c server (Ray's default router): one server start less")
+    parser.add_argument("--one-server", action="store_true",
+                        help="every setup measured on one server, `two` started once (smoke: the figures mean nothing)")
     parser.add_argument("--smoke", action="store_true",
                         help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
     if parser.parse_known_args(argv)[0].smoke:
@@ -337,7 +341,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def running(name: str, flags: list[str], work: Path):
+def running(name: str, flags: list[str], work: Path) -> Iterator[Server]:
     """A fresh `omni serve --ray` for `name`; stopped (and checked for leftovers) however the block ends."""
     server = Server(name, SETUPS[name] + flags, work)
     print(json.dumps({"started": name, "flags": SETUPS[name], "ready_s": round(server.ready_s, 1),
@@ -358,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     work = Path(tempfile.mkdtemp(prefix="omni-scale-bench-"))
     flags = (["--model", args.model] if args.model else []) + ["--torch-threads", "1", *shlex.split(args.server_flags)]
-    hit_bodies = [] if args.skip_affinity else affinity_bodies(args.photos, args.repeats)
+    setups = ["one", "two"] + ([] if args.skip_p2c else ["two_p2c"])
+    # the same request list for every setup; on one shared server each setup gets photos of its own (fresh caches)
+    hit_bodies = {} if args.skip_affinity else {
+        name: affinity_bodies(args.photos, args.repeats, first=k * args.photos if args.one_server else 0)
+        for k, name in enumerate(setups)}
     rounds: dict[str, list[dict]] = {workload: [] for workload in args.workloads}
     hits: dict[str, dict] = {}
     reference = ceiling(args) if args.ceiling_rounds and not args.skip_throughput else {}
@@ -367,13 +375,39 @@ def main(argv: list[str] | None = None) -> int:
         schedule = [["one", "two"] if hit_bodies else []]
     if hit_bodies and not args.skip_p2c:
         schedule[-1].append("two_p2c")
+    servers = contextlib.ExitStack()
+    shared: list[Server] = []
+
+    def server_for(name: str) -> contextlib.AbstractContextManager[Server]:
+        """A fresh server per setup; with --one-server the `two` server started once, for every setup."""
+        if not args.one_server:
+            return running(name, flags, work)
+        if not shared:
+            shared.append(servers.enter_context(running("two", flags, work)))
+        return contextlib.nullcontext(shared[0])
+
+    with servers:
+        run_schedule(args, schedule, server_for, hit_bodies, hits, rounds)
+    failed = any(set(r[s]["statuses"]) - {"200"} for w in rounds.values() for r in w for s in ("one", "two")) or any(
+        set(h["statuses"]) - {"200"} for h in hits.values())
+    print(json.dumps({"summary": summarize(rounds, hits, reference)}), flush=True)
+    if failed:
+        print(json.dumps({"failures": "see the statuses above", "logs": str(work)}))
+    return 1 if failed else 0
+
+
+def run_schedule(args: argparse.Namespace, schedule: list[list[str]],
+                 server_for: Callable[[str], contextlib.AbstractContextManager[Server]],
+                 hit_bodies: dict[str, list[bytes]],
+                 hits: dict[str, dict], rounds: dict[str, list[dict]]) -> None:
+    """Each round: every setup in its order, on its server: affinity first (fresh caches), then each workload."""
     for n, order in enumerate(schedule):
         result: dict[str, dict] = {workload: {} for workload in args.workloads}
         for name in order:
             measured = not (args.skip_throughput or not args.rounds or name == "two_p2c")
-            with running(name, flags, work) as server:
+            with server_for(name) as server:
                 if hit_bodies and name not in hits:          # fresh caches: before any other traffic
-                    hits[name] = affinity(server, hit_bodies, args.clients, args.repeats)
+                    hits[name] = affinity(server, hit_bodies[name], args.clients, args.repeats)
                     print(json.dumps({"part": "affinity", "setup": name, "loadavg_1m": load1(), **hits[name]}),
                           flush=True)
                 for workload in args.workloads if measured else []:     # the same server for every workload
@@ -387,12 +421,6 @@ def main(argv: list[str] | None = None) -> int:
                 rounds[workload].append(by_setup)
                 print(json.dumps({"part": "throughput", "workload": workload, "round": n, "order": order[:2],
                                   "loadavg_1m": load1(), **by_setup}), flush=True)
-    failed = any(set(r[s]["statuses"]) - {"200"} for w in rounds.values() for r in w for s in ("one", "two")) or any(
-        set(h["statuses"]) - {"200"} for h in hits.values())
-    print(json.dumps({"summary": summarize(rounds, hits, reference)}), flush=True)
-    if failed:
-        print(json.dumps({"failures": "see the statuses above", "logs": str(work)}))
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

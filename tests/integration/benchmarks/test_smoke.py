@@ -235,7 +235,8 @@ def check_scale(tmp_path: Path) -> None:
         assert affinity["statuses"] == {"200": affinity["requests"]}
         assert 0 <= affinity["prefix_hit_rate"] <= affinity["best_possible"]
     stopped = [line["stopped"] for line in lines if "stopped" in line]
-    assert [s["server"] for s in stopped] == ["one", "two"] and all(not s["left_running"] for s in stopped)
+    # --smoke measures every setup on one server (`two`), started once: its figures mean nothing
+    assert [s["server"] for s in stopped] == ["two"] and all(not s["left_running"] for s in stopped)
     summary = lines[-1]["summary"]
     finite(summary)
     for workload in ("photo_audio", "text"):
