@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from serving import start_servers, stop_server
+from smoke import parse_with_smoke
 
 QUESTIONS = {"urgent": {"type": "noul", "instructions": "Does the log report an urgent fault?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}}}
@@ -169,11 +170,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="bounded: the body of the capped case (default: the servers' body cap)")
     parser.add_argument("--small-after-s", type=float, default=2.0,
                         help="fairness: the small request is sent this long after the long one")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    return parser.parse_args(argv)
+    return parse_with_smoke(parser, SMOKE, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

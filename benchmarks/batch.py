@@ -43,6 +43,7 @@ from pathlib import Path
 
 import httpx
 from serving import launch_server, stop_server, wait_ready
+from smoke import parse_with_smoke
 
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
@@ -152,11 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="default: the embedded tiny checkpoint")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of both engines")
     parser.add_argument("--warm-lines", type=int, default=24, help="warm-up lines per way (not counted)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    return parser.parse_args(argv)
+    return parse_with_smoke(parser, SMOKE, argv)
 
 
 def summarize(rounds: list[dict[str, dict]]) -> dict:

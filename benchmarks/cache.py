@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from PIL import Image
 from serving import start_servers, stop_server
+from smoke import parse_with_smoke
 
 from fixtures.media import image_bytes, video_bytes
 from omni.contract.config import EngineConfig
@@ -229,11 +230,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--clip-size", default="1280x720", help="both clips' WIDTHxHEIGHT")
     parser.add_argument("--isolated-questions", type=int, default=64, help="case 2's questions")
     parser.add_argument("--sample-every", type=int, default=50, help="case 4: RSS sampled after every N requests")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    return parser.parse_args(argv)
+    return parse_with_smoke(parser, SMOKE, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import httpx
 from serving import start_servers, stop_server
+from smoke import parse_with_smoke
 
 QUESTIONS = {"visible": {"type": "noul", "instructions": "Is the serial label visible?"},
              "team": {"type": "choice", "instructions": "Who handles it?", "criteria": {"hvac": None, "power": "P"}},
@@ -222,11 +223,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sim-record-ms", type=float, default=0.5)
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch intra-op threads per server (two servers + the client share this machine)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    return parser.parse_args(argv)
+    return parse_with_smoke(parser, SMOKE, argv)
 
 
 def run_rounds(urls: dict[str, str], bodies: list[dict], concurrency: int,

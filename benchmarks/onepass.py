@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from onepass_report import emit, machine, print_tables, result_row
 from onepass_workload import AREAS, HEAD, JSON_INSTRUCTION, TEXT, build_state, json_answer, moderation_body, state_sweep
+from smoke import parse_with_smoke
 from tqdm import tqdm
 
 from omni.contract.config import EngineConfig
@@ -266,11 +267,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
                         help="before each round wait up to this long for other processes to leave the CPUs idle")
     parser.add_argument("--quiet-budget-s", type=float, default=60.0, help="most waiting for quiet in the whole run")
     parser.add_argument("--no-torch-profile", action="store_true", help="skip the torch.profiler op table")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+    args = parse_with_smoke(parser, SMOKE, argv)
     counts = [int(c) for c in args.counts.split(",")]
     if args.repeats < 3:
         parser.error("--repeats must be at least 3")

@@ -38,6 +38,7 @@ import tracemalloc
 from pathlib import Path
 
 import torch
+from smoke import parse_with_smoke
 
 from fixtures import media as fm
 from preprocess.align import PlaceholderIds
@@ -206,11 +207,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--interpolation", default=VideoFramePolicy().interpolation,
                         help="swscale filter of the one frame resize (BICUBIC, BILINEAR, AREA, ...)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    return parser.parse_args(argv)
+    return parse_with_smoke(parser, SMOKE, argv)
 
 
 def make_clip(seconds: float) -> bytes:

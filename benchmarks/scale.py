@@ -71,6 +71,7 @@ from pathlib import Path
 
 from scale_servers import PROCESS_KINDS, Server, measure, post_all
 from serving import ROOT
+from smoke import parse_with_smoke
 
 SETUPS = {"one": ["--replicas", "1"], "two": ["--replicas", "2"],
           "two_p2c": ["--replicas", "2", "--cache-affinity", "false"]}
@@ -329,11 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="affinity without the two_p2c server (Ray's default router): one server start less")
     parser.add_argument("--one-server", action="store_true",
                         help="every setup measured on one server, `two` started once (smoke: the figures mean nothing)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    args = parser.parse_args(argv)
+    args = parse_with_smoke(parser, SMOKE, argv)
     args.workloads = [w for w in args.workloads.split(",") if w]
     if not args.workloads or set(args.workloads) - set(WORKLOADS):
         parser.error(f"--workloads: a comma-separated list of {WORKLOADS}")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import httpx
 from serving import start_server, stop_server
+from smoke import parse_with_smoke
 
 from fixtures.media import image_bytes, wav_bytes
 
@@ -169,11 +170,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--long-lines", type=int, default=1300,
                         help="log lines in the context-filling state (1,300: ~115,000 characters)")
     parser.add_argument("--sample-s", type=float, default=5.0, help="RSS and cache bytes sampled this often")
-    parser.add_argument("--smoke", action="store_true",
-                        help="the same code path at tiny sizes (a check that the benchmark runs, not a measurement)")
-    if parser.parse_known_args(argv)[0].smoke:
-        parser.set_defaults(**SMOKE)
-    return parser.parse_args(argv)
+    return parse_with_smoke(parser, SMOKE, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
