@@ -43,7 +43,16 @@ class MediaObject(BaseModel):
     base64: str
 
 
-MediaItem = Annotated[str | MediaObject, Field(description="base64 data URL, or {content_type, base64}")]
+class DataMediaObject(BaseModel):
+    """avrik's form (avrik-sdk's `image()`); in any of the three slots, mixed freely with the other forms."""
+
+    data: str = Field(description="the bytes, standard base64 (padded); not a data URL")
+    media_type: str | None = Field(None, examples=["image/png", "image/jpeg", "image/webp"],
+                                   description="informational: the format is sniffed from the bytes")
+
+
+MediaItem = Annotated[str | MediaObject | DataMediaObject,
+                      Field(description="base64 data URL, {content_type, base64} or {data, media_type}")]
 
 
 class Asset(BaseModel):

@@ -1,7 +1,8 @@
 """Every way a request carries media -> `MediaItem`s in prompt order, and TypeSafe placeholders -> `[image N]`.
 
 The forms, folded here once for every edge (HTTP JSON and multipart, `omni decide`, dataset lines):
-- Clef `images` / `audio` / `videos`: lists of data URLs or `{content_type, base64}` objects;
+- Clef `images` / `audio` / `videos`: lists of data URLs or `{content_type, base64}` objects, and avrik's
+  `{data, media_type}` objects (avrik-sdk's `image()`); the forms may be mixed within a list;
 - llama.cpp `files`: data URLs, each routed to the slot its type names (image/audio/video);
 - TypeSafe `assets`: placeholder -> `{"type": "image", "format", "data_base64"}` or `{"type": "image", "part"}`;
   each placeholder inside a string of state, instructions or criteria becomes `[image N]`, N the image's 1-based
@@ -145,29 +146,68 @@ def _asset_base64(asset: dict[str, JSONValue], loc: Loc, issues: Issues) -> tupl
     elif fmt not in ASSET_FORMATS:
         issues.add(loc + ("format",), "Input should be 'png', 'jpg' or 'jpeg'", "literal_error")
     else:
-        item = {"content_type": ASSET_FORMATS[fmt], "base64": asset["data_base64"]}
-        return decode_media_item(item, loc + ("data_base64",), issues)
+        return _decode_base64(asset["data_base64"], loc + ("data_base64",), issues, ASSET_FORMATS[fmt])
     return None
 
 
 def decode_media_item(item: JSONValue, loc: Loc, issues: Issues) -> tuple[bytes, str | None] | None:
-    """A data URL or `{content_type, base64}` -> (bytes, declared type). URLs and paths are refused."""
+    """A data URL, a Clef `{content_type, base64}` or an avrik `{data, media_type}` -> (bytes, declared type).
+
+    An object is told by its payload field (`base64` or `data`; both is an issue), one without a payload by its type
+    field (`content_type` or `media_type`); other fields are ignored, as everywhere in a body. URLs and paths are
+    refused."""
     if isinstance(item, dict):
+        if "base64" in item and "data" in item:
+            issues.add(loc, "a media object has one payload: 'base64' (with 'content_type') or 'data' (with "
+                       "'media_type'), not both", "media_item")
+            return None
+        if "data" in item or ("media_type" in item and "base64" not in item and "content_type" not in item):
+            return _decode_avrik(item, loc, issues)
         content_type, payload = item.get("content_type"), item.get("base64")
         if not isinstance(content_type, str) or not isinstance(payload, str):
-            issues.add(loc, "a media object needs string fields 'content_type' and 'base64'", "media_item")
+            issues.add(loc, "a media object needs string fields 'content_type' and 'base64' (or 'data' and an "
+                       "optional 'media_type')", "media_item")
             return None
-    elif isinstance(item, str):
+        return _decode_base64(payload, loc, issues, content_type)
+    if isinstance(item, str):
         match = _DATA_URL.match(item.strip())
         if match is None or not match.group("b64"):
             kind = "remote URLs are not fetched" if item.lower().startswith(("http:", "https:")) else "not a data URL"
-            issues.add(loc, f"{kind}: send a base64 data URL (data:<type>;base64,...) or "
-                       "{\"content_type\", \"base64\"}", "media_item")
+            issues.add(loc, f"{kind}: send a base64 data URL (data:<type>;base64,...), "
+                       "{\"content_type\", \"base64\"} or {\"data\", \"media_type\"}", "media_item")
             return None
-        content_type, payload = match.group("mime"), match.group("data")
-    else:
-        issues.add(loc, "a media item must be a data URL string or {\"content_type\", \"base64\"}", "media_item")
+        return _decode_base64(match.group("data"), loc, issues, match.group("mime"))
+    issues.add(loc, "a media item must be a data URL string, {\"content_type\", \"base64\"} or "
+               "{\"data\", \"media_type\"}", "media_item")
+    return None
+
+
+def _decode_avrik(item: dict[str, JSONValue], loc: Loc, issues: Issues) -> tuple[bytes, str | None] | None:
+    """avrik's `{"data": BASE64, "media_type": "image/png"}`: the type is optional and, like every declared type,
+    only reported (the format is sniffed from the bytes). Problems are named at `loc.data` / `loc.media_type`."""
+    payload, media_type = item.get("data"), item.get("media_type")
+    bad = False
+    if "data" not in item:
+        issues.add(loc + ("data",), "Field required: the bytes, base64-encoded", "missing")
+        bad = True
+    elif not isinstance(payload, str):
+        issues.add(loc + ("data",), f"data must be a base64 string, not {_json_type(payload)}", "string_type")
+        bad = True
+    if media_type is not None and not isinstance(media_type, str):
+        issues.add(loc + ("media_type",), "media_type must be a string such as \"image/png\" (or left out: the "
+                   f"format is read from the bytes), not {_json_type(media_type)}", "string_type")
+        bad = True
+    if bad or not isinstance(payload, str):
         return None
+    if payload.lstrip()[:5].lower() == "data:":
+        issues.add(loc + ("data",), "data holds the bare base64 of the bytes, not a data URL (a data URL can be "
+                   "the list entry itself)", "media_item")
+        return None
+    return _decode_base64(payload, loc + ("data",), issues, media_type or None)
+
+
+def _decode_base64(payload: str, loc: Loc, issues: Issues, declared: str | None) -> tuple[bytes, str | None] | None:
+    """Standard base64 (padded; whitespace ignored) -> (bytes, declared); empty or invalid is an issue at `loc`."""
     try:
         data = base64.b64decode(re.sub(r"\s+", "", payload), validate=True)
     except (binascii.Error, ValueError):
@@ -176,14 +216,23 @@ def decode_media_item(item: JSONValue, loc: Loc, issues: Issues) -> tuple[bytes,
     if not data:
         issues.add(loc, "empty media item", "media_item")
         return None
-    return data, content_type
+    return data, declared
+
+
+def _json_type(value: JSONValue) -> str:
+    """How a message names a JSON value's type."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}.get(
+        type(value), "a string")
 
 
 def _as_list(value: JSONValue, loc: Loc, issues: Issues) -> list[JSONValue]:
     if value is None:
         return []
     if not isinstance(value, list):
-        issues.add(loc, f"{loc[0]} must be a list of data URLs or {{content_type, base64}} objects", "list_type")
+        forms = "data URLs" if loc[0] == "files" else "data URLs, {content_type, base64} or {data, media_type} objects"
+        issues.add(loc, f"{loc[0]} must be a list of {forms}", "list_type")
         return []
     return value
 

@@ -1,6 +1,7 @@
 """One parser for the wire: the same request, in every media form, through every edge (HTTP JSON, HTTP multipart,
-the Cloudflare route, `omni decide`, a dataset line) reaches the tiny model as the same prompt and gets the same
-answers. A TypeSafe `assets` request through the CLI and in a dataset uses its image (never ignored)."""
+the Cloudflare route, `omni decide`, a dataset line, an `omni batch` line) reaches the tiny model as the same prompt
+and gets the same answers. A TypeSafe `assets` request through the CLI and in a dataset uses its image (never
+ignored); avrik's `{"data", "media_type"}` image goes through every edge."""
 from __future__ import annotations
 
 import base64
@@ -14,6 +15,7 @@ from api.http.app import create_app
 from api.http.settings import Settings
 from fixtures.media import image_bytes, wav_bytes
 from omni.learn.dataset import load_dataset
+from omni.serve.backlog import read_batch_output
 from omni.serve.engine import DecisionEngine
 from tests.unit.http.serving import wait_ready
 
@@ -56,6 +58,8 @@ def json_forms(media) -> dict[str, dict]:
                             "files": [f"data:image/png;base64,{b64(png)}"]},
         "typesafe assets": {"state": ASSET_STATE, "questions": ASSET_QUESTIONS, "audio": audio,
                             "assets": {PH: {"type": "image", "format": "png", "data_base64": b64(png)}}},
+        "avrik object": {"state": STATE, "questions": QUESTIONS, "audio": audio,
+                         "images": [{"data": b64(png), "media_type": "image/png"}]},
     }
 
 
@@ -73,6 +77,9 @@ def http_answers(client, media) -> dict[str, dict]:
     out["HTTP multipart, asset part"] = client.post("/v1/systemone", files=[
         ("request", ("r.json", json.dumps(asset_part), "application/json")),
         ("a-0", ("a-0", png, "image/png")), ("audio", ("hum.wav", wav, "audio/wav"))])
+    avrik_part = {**plain, "images": [{"data": b64(png), "media_type": "image/png"}]}
+    out["HTTP multipart, avrik object in the request part"] = client.post("/v1/systemone", files=[
+        ("request", ("r.json", json.dumps(avrik_part), "application/json")), ("audio", ("hum.wav", wav, "audio/wav"))])
     answers = {}
     for name, r in out.items():
         assert r.status_code == 200, (name, r.text)
@@ -89,6 +96,7 @@ def cli_answers(tiny_dir, tmp_path, media, capsys) -> dict[str, dict]:
     asset_part = {"state": ASSET_STATE, "questions": ASSET_QUESTIONS, "assets": {PH: {"type": "image", "part": "a-0"}}}
     runs = {"omni decide --image": (plain, ["--image", str(tmp_path / "unit.png")]),
             "omni decide, assets JSON": (assets_json, []),
+            "omni decide, avrik object JSON": (json_forms(media)["avrik object"], []),
             "omni decide, asset --part": (asset_part, ["--part", f"a-0={tmp_path / 'unit.png'}"])}
     answers = {}
     for name, (body, flags) in runs.items():
@@ -106,20 +114,29 @@ def dataset_answers(engine, tmp_path, media) -> dict[str, dict]:
     (tmp_path / "hum.wav").write_bytes(media["wav"])
     labels = {"visible": True}
     lines = [{"state": STATE, "questions": QUESTIONS, "images": ["unit.png"], "audio": ["hum.wav"], "labels": labels},
-             {**json_forms(media)["typesafe assets"], "labels": labels}]
+             {**json_forms(media)["typesafe assets"], "labels": labels},
+             {**json_forms(media)["avrik object"], "labels": labels}]
     path = tmp_path / "data.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     records = load_dataset(path, engine.config)
-    names = ["dataset line, media file paths", "dataset line, assets"]
+    names = ["dataset line, media file paths", "dataset line, assets", "dataset line, avrik object"]
     return {name: engine.decide(record.request).to_wire() for name, record in zip(names, records)}
+
+
+def batch_answers(tiny_dir, tmp_path, media) -> dict[str, dict]:
+    """`omni batch` in-process, one line (so one forward of one request, as the other edges run it)."""
+    (tmp_path / "in.jsonl").write_text(json.dumps(json_forms(media)["avrik object"]) + "\n")
+    assert omni(["batch", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "out.jsonl"), "--model", str(tiny_dir),
+                 "--threads", "1", "--quiet"]) == 0
+    return {"omni batch line, avrik object": read_batch_output(tmp_path / "out.jsonl")[1]["response"]}
 
 
 def test_the_same_request_in_every_form_through_every_edge_gets_the_same_answers(served, tiny_dir, tmp_path, media,
                                                                                   capsys):
     client, engine = served
     answers = {**http_answers(client, media), **cli_answers(tiny_dir, tmp_path, media, capsys),
-               **dataset_answers(engine, tmp_path, media)}
-    assert len(answers) == 15
+               **dataset_answers(engine, tmp_path, media), **batch_answers(tiny_dir, tmp_path, media)}
+    assert len(answers) == 21
     reference = answers["HTTP JSON, clef data URL"]
     assert reference["x_usage"]["image"] > 0 and reference["x_usage"]["audio"] > 0
     for name, wire in answers.items():

@@ -1,5 +1,6 @@
-"""Property-based: whatever JSON value a caller sends (in every wire form, with parts beside it), the one parser
-returns a DecisionRequest or raises InvalidRequest / UnknownModel, never anything else. Bounded in examples."""
+"""Property-based: whatever JSON value a caller sends (in every wire form, avrik's `{data, media_type}` included,
+with parts beside it), the one parser returns a DecisionRequest or raises InvalidRequest / UnknownModel, never
+anything else. Bounded in examples."""
 from __future__ import annotations
 
 import base64
@@ -24,12 +25,15 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan
                                                            "data:image/png;base64,iVBO", "http://x/a.png", ""]))
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
     st.sampled_from(["type", "criteria", "instructions", "true", "false", "part", "format", "data_base64",
-                     "content_type", "base64", "a", "b", ""]) | st.text(max_size=8), inner, max_size=4), max_leaves=20)
+                     "content_type", "base64", "data", "media_type", "a", "b", ""]) | st.text(max_size=8), inner,
+    max_size=4), max_leaves=20)
 questions = st.dictionaries(st.text(max_size=10), st.fixed_dictionaries(
     {"type": st.sampled_from(["noul", "choice", "score", "rank"]) | values},
     optional={"instructions": values, "criteria": values}) | values, max_size=4)
 media_item = st.one_of(st.just("data:image/png;base64," + base64.b64encode(PNG).decode()),
-                       st.fixed_dictionaries({"content_type": values, "base64": values}), values)
+                       st.fixed_dictionaries({"content_type": values, "base64": values}),
+                       st.fixed_dictionaries({}, optional={"data": st.just(base64.b64encode(PNG).decode()) | values,
+                                                           "media_type": st.just("image/png") | values}), values)
 bodies = st.fixed_dictionaries({}, optional={
     "state": values, "questions": questions | values, "model": values, "truncate": values, "x_isolation": values,
     "images": st.lists(media_item, max_size=3) | values, "audio": st.lists(media_item, max_size=2) | values,
