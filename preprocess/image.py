@@ -27,6 +27,7 @@ from preprocess.media import MediaLimits
 from preprocess.sniff import sniff_for_slot
 
 _PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP", "gif": "GIF", "bmp": "BMP"}
+ORIENTATION_TAG = 0x0112  # EXIF Orientation
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeError, KeyError, ZeroDivisionError)
 
 
@@ -34,6 +35,7 @@ _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, TypeEr
 class DecodedImage:
     pixels: np.ndarray  # (H, W, 3) uint8 RGB, upright
     container: str  # "png", "jpeg", ...
+    orientation: int = 1  # the EXIF orientation that was applied to make it upright (1: none)
 
     @property
     def height(self) -> int:
@@ -70,11 +72,22 @@ def _check_header(image: Image.Image, item: MediaItem, limits: MediaLimits) -> N
                                       f"{limits.max_image_aspect_ratio:g}")
 
 
-def _upright(image: Image.Image) -> Image.Image:
+def _orientation(image: Image.Image) -> int:
+    """The EXIF orientation tag (1-8), 1 when absent or unreadable."""
     try:
-        return ImageOps.exif_transpose(image)
+        value = image.getexif().get(ORIENTATION_TAG, 1)
     except _DECODE_ERRORS:
-        return image  # unreadable EXIF: the pixels are fine, keep the stored orientation
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _upright(image: Image.Image) -> tuple[Image.Image, int]:
+    """The image turned upright by its EXIF orientation, and the orientation applied (1: none)."""
+    orientation = _orientation(image)
+    try:
+        return ImageOps.exif_transpose(image), orientation
+    except _DECODE_ERRORS:
+        return image, 1  # unreadable EXIF: the pixels are fine, keep the stored orientation
 
 
 def _scale_16bit(image: Image.Image) -> Image.Image:
@@ -106,7 +119,8 @@ def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> Decode
         try:
             image.seek(0)  # GIF / animated WebP: the first frame only
             image.load()
-            rgb = to_rgb(_upright(image))
+            upright, orientation = _upright(image)
+            rgb = to_rgb(upright)
             pixels = np.asarray(rgb, dtype=np.uint8)
         except Image.DecompressionBombError:
             raise MediaTooLarge(item, f"decompression bomb, over max_image_pixels={limits.max_image_pixels}"
@@ -114,4 +128,4 @@ def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> Decode
         except _DECODE_ERRORS as exc:
             raise CorruptMedia(item, f"the {container} image cannot be decoded: the file is damaged or truncated",
                                raw=f"{type(exc).__name__}: {exc}") from None
-    return DecodedImage(pixels=np.ascontiguousarray(pixels), container=container)
+    return DecodedImage(pixels=np.ascontiguousarray(pixels), container=container, orientation=orientation)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -225,6 +225,8 @@ class ItemEncoding:
     grid: tuple[int, int, int] | None = None
     seconds_per_grid: float | None = None
     samples: np.ndarray | None = None
+    container: str = ""                         # the sniffed format ("" for arrays given directly)
+    used: dict[str, Any] = field(default_factory=dict)   # what the model sees of it (JSON-ready; the audit record)
 
 
 def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo | np.ndarray, slot: str,
@@ -232,17 +234,40 @@ def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo | np.ndarray
     """A decoded item of `slot` -> its ItemEncoding (the image processor for images, patchify for video frames).
 
     An image may also be a (H, W, 3) uint8 array and an audio clip (n,) float samples at 16 kHz."""
+    used: dict[str, Any]
     if slot == "images" and isinstance(decoded, (DecodedImage, np.ndarray)):
-        tensors, _ = encode_images([decoded], image_processor)
+        tensors, tokens = encode_images([decoded], image_processor)
         grid_t, grid_h, grid_w = (int(n) for n in tensors["image_grid_thw"][0].tolist())
-        return ItemEncoding(slot, tensors["pixel_values"], (grid_t, grid_h, grid_w))
+        pixels, patch = _pixels(decoded), image_processor.patch_size
+        used = {"source_width": int(pixels.shape[1]), "source_height": int(pixels.shape[0]),
+                "orientation": decoded.orientation if isinstance(decoded, DecodedImage) else 1,
+                "width": grid_w * patch, "height": grid_h * patch, "tokens": tokens[0]}
+        return ItemEncoding(slot, tensors["pixel_values"], (grid_t, grid_h, grid_w), container=_container(decoded),
+                            used=used)
     if slot == "audio" and isinstance(decoded, (DecodedAudio, np.ndarray)):
-        return ItemEncoding(slot, samples=_samples(decoded))
+        samples = _samples(decoded)
+        used = {"seconds": round(len(samples) / SAMPLE_RATE_HZ, 6), "samples": len(samples),
+                "sample_rate_hz": SAMPLE_RATE_HZ}
+        if isinstance(decoded, DecodedAudio):
+            used |= {"source_sample_rate_hz": decoded.source_sample_rate_hz,
+                     "source_channels": decoded.source_channels}
+        return ItemEncoding(slot, samples=samples, container=_container(decoded), used=used)
     if slot == "videos" and isinstance(decoded, DecodedVideo):
         patch, temporal = image_processor.patch_size, image_processor.temporal_patch_size
         patches, grid = patchify_frames(decoded.frames, patch, temporal, image_processor.merge_size)
-        return ItemEncoding(slot, torch.from_numpy(patches), grid, temporal / decoded.fps, decoded.soundtrack)
+        track = decoded.soundtrack
+        used = {"source_width": decoded.source_width, "source_height": decoded.source_height,
+                "rotation_degrees": decoded.rotation_degrees, "width": int(decoded.frames.shape[2]),
+                "height": int(decoded.frames.shape[1]), "fps": decoded.fps, "frames": int(decoded.frames.shape[0]),
+                "frame_times_s": list(decoded.frame_times_s),
+                "soundtrack_seconds": round(len(track) / SAMPLE_RATE_HZ, 6) if track is not None else None}
+        return ItemEncoding(slot, torch.from_numpy(patches), grid, temporal / decoded.fps, track,
+                            container=decoded.container, used=used)
     raise TypeError(f"a {type(decoded).__name__} is not an item of the {slot!r} slot")
+
+
+def _container(decoded: DecodedImage | DecodedAudio | np.ndarray) -> str:
+    return decoded.container if isinstance(decoded, (DecodedImage, DecodedAudio)) else ""
 
 
 def assemble_media(items: Sequence[ItemEncoding], *, image_processor: Qwen2VLImageProcessorPil,

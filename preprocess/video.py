@@ -63,6 +63,7 @@ class DecodedVideo:
     source_height: int = 0
     rotation_degrees: int = 0  # counter-clockwise rotation that was applied
     container: str = ""
+    frame_times_s: tuple[float, ...] = ()  # each frame's source time from the first frame (the padding repeats one)
 
     @property
     def duration_seconds(self) -> float:
@@ -109,6 +110,7 @@ class _FrameSampler:
         self.max_seconds = limits.max_video_seconds + limits.decode_slack_seconds
         self.max_decoded = int(self.max_seconds * limits.max_video_source_fps) + 1
         self.frames: list[np.ndarray] = []
+        self.times_s: list[float] = []    # the source time of each kept frame, from the first frame
         self.origin_s: float | None = None
         self.decoded = 0
         self.rotation = 0
@@ -153,11 +155,12 @@ class _FrameSampler:
         self._cache = (frame, array)
         return array
 
-    def _keep(self, frame: av.VideoFrame) -> None:
+    def _keep(self, frame: av.VideoFrame, time_s: float) -> None:
         if len(self.frames) >= int(self.max_seconds * self.policy.fps) + 2:
             raise MediaTooLarge(self.item, f"more than {len(self.frames)} frames at {self.policy.fps:g} fps, over "
                                             f"max_video_seconds={self.limits.max_video_seconds:g}")
         self.frames.append(self._pixels(frame))
+        self.times_s.append(time_s)
 
     def add(self, frame: av.VideoFrame) -> None:
         self.decoded += 1
@@ -180,7 +183,10 @@ class _FrameSampler:
             tick = len(self.frames) / self.policy.fps
             prev = self._prev
             prev_closer = prev is not None and (tick - prev[1]) < (t - tick) - _TIME_EPS_S
-            self._keep(prev[0] if prev is not None and prev_closer else frame)
+            if prev is not None and prev_closer:
+                self._keep(*prev)
+            else:
+                self._keep(frame, t)
         self._prev = (frame, t)
 
 
@@ -269,7 +275,9 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
                                raw=str(exc)) from None
     if not sampler.frames:
         raise CorruptMedia(item, f"no decodable video frames ({bad_packets} bad packets)")
-    frames = sampler.frames + sampler.frames[-1:] * (len(sampler.frames) % 2)
+    pad = len(sampler.frames) % 2             # the temporal patch takes frames in pairs: the last one repeats
+    frames = sampler.frames + sampler.frames[-1:] * pad
     height, width = sampler.source_size
     return DecodedVideo(frames=np.stack(frames), soundtrack=samples, fps=policy.fps, source_width=width,
-                        source_height=height, rotation_degrees=sampler.rotation, container=container_name)
+                        source_height=height, rotation_degrees=sampler.rotation, container=container_name,
+                        frame_times_s=tuple(round(t, 6) for t in sampler.times_s + sampler.times_s[-1:] * pad))

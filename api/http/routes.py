@@ -30,6 +30,7 @@ from api.http.errors import BodyTimeout, BodyTooLarge, Unauthorized
 from api.http.metrics import Metrics
 from api.http.settings import Settings
 from api.http.transport import check_content_headers, decompress, read_body
+from omni.contract.avrik import AVRIK_CLIENT_AGENT, avrik_audit
 from omni.contract.errors import DeadlineExceeded, NotReady
 from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
@@ -105,8 +106,11 @@ router = APIRouter()
              responses={200: {"model": schemas.SystemOneResponse}, **schemas.ERROR_RESPONSES},
              openapi_extra=schemas.DECISION_REQUEST_BODY)
 async def systemone(request: Request) -> Response:
-    decision, server_timing = await decide(request)
+    avrik = request.headers.get("user-agent", "").startswith(AVRIK_CLIENT_AGENT)   # its client needs `audit`
+    decision, server_timing = await decide(request, audit=avrik)
     wire = decision.to_wire()
+    if avrik and decision.audit is not None:
+        wire["audit"] = avrik_audit(decision.audit, request.state.decision_request)
     review = service(request).review
     keep = None if review is None else BackgroundTask(_keep, review, request.state.decision_request, wire)
     return JSONResponse(wire, headers={"Server-Timing": server_timing}, background=keep)   # kept after it is sent
@@ -120,10 +124,12 @@ def _keep(review: Any, decision_request: DecisionRequest, wire: dict) -> None:
         log.warning("request %s: could not keep the decision for review", decision_request.request_id, exc_info=True)
 
 
-async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = None) -> tuple[Decision, str]:
+async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = None,
+                 audit: bool = False) -> tuple[Decision, str]:
     """The decision path of every wire envelope: (the Decision, its Server-Timing header value).
 
-    `adapt_body(body) -> body` runs on the parsed JSON before the wire parser (an envelope's own rules about it).
+    `adapt_body(body) -> body` runs on the parsed JSON before the wire parser (an envelope's own rules about it);
+    `audit`: the decision gets its audit record whatever the body says (a client that needs one).
     """
     svc = service(request)
     arrived = request.state.started_at
@@ -135,7 +141,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     raw = await _read_capped(request, svc.settings.body_cap_bytes, svc.settings.body_timeout_s)
 
     t_parse = time.monotonic()
-    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body)
+    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body, audit)
     if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
         decision_request = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
     else:
@@ -185,13 +191,13 @@ async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> by
 
 
 def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
-             adapt_body: Callable[[Any], Any] | None) -> DecisionRequest:
+             adapt_body: Callable[[Any], Any] | None, audit: bool) -> DecisionRequest:
     """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64) stays off the event loop."""
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
     wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
     body = wire.body if adapt_body is None else adapt_body(wire.body)
     decision_request = parse_request(body, svc.settings.engine, wire.parts)
-    return dataclasses.replace(decision_request, request_id=request_id)
+    return dataclasses.replace(decision_request, request_id=request_id, audit=decision_request.audit or audit)
 
 
 @router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,

@@ -2,13 +2,16 @@
 
     types.py        frozen values: Question, DecisionRequest, Part (an upload beside the JSON), Decision (to the wire)
     request.py      parse_request(body, config, parts): the one parser; validates everything, checks the model name
-    media_forms.py  every media form -> MediaItems: Clef slots, llama.cpp files, TypeSafe assets, named parts
+    media_forms.py  every media form -> MediaItems: Clef slots, avrik objects, llama.cpp files, TypeSafe assets,
+                    named parts
     render.py       a parsed request written back as a System One body (the inverse of parse_request)
     json_values.py  the one JSON loader for callers' documents; what can be rendered into a prompt
     answers.py      probabilities -> System One answers (rounding, confidence)
     batch_file.py   the `omni batch` output file: one record per input line, the last record of a line wins
     config.py       EngineConfig, which checks its own values
     errors.py       typed errors, no status codes
+    audit.py        the audit record of a decision (model, calibration, prompt, media, runtime): its JSON form
+    avrik.py        avrik's `audit` object (what avrik's published client requires), filled from the audit record
 
 A media item is `preprocess.item.MediaItem` (the decoders' errors carry it). Knows nothing of torch, the model,
 HTTP, argv or the environment.

@@ -13,6 +13,7 @@ from omni.contract.types import ISOLATION_MODES
 from preprocess.media import MediaLimits
 
 CONFIDENCE_FORMULAS = ("clef", "typesafe")
+AUDIT_MODES = ("request", "record", "always")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars", "max_batch_records",
                  "max_batch_tokens", "max_queue", "decode_threads")
@@ -47,6 +48,9 @@ class EngineConfig:
     decode_threads: int = 2
     inline_prepare_max_chars: int = 4096    # media-free requests this small skip the decode pool (0 = never)
     isolation: str = "joint"                # default of x_isolation: joint (the reference) or isolated
+    audit: str = "request"                  # request: an audit record when a request asks (x_audit); record: one for
+                                            # every decision (a decision log keeps them), shown when asked; always:
+                                            # one for every decision, shown in every response
     media_cache_mb: float = 512.0           # per-item media encodings kept, by content (0 = off)
     prefix_cache_mb: float = 1024.0         # prompt prefixes' keys/values + head memory rows, on the device (0 = off)
     prefill_chunk_tokens: int = 1024        # longer prefixes are prefilled a chunk at a time, others served between
@@ -62,6 +66,7 @@ class EngineConfig:
                     raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
-        for name, allowed in (("dtype", DTYPES), ("head_dtype", DTYPES[1:]), ("isolation", ISOLATION_MODES)):
+        for name, allowed in (("dtype", DTYPES), ("head_dtype", DTYPES[1:]), ("isolation", ISOLATION_MODES),
+                              ("audit", AUDIT_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")

@@ -3,7 +3,7 @@
 `render_request(request, media_entries)` gives the body whose parse is the same request: state and questions as
 the wire writes them (noul descriptions, choice criteria in request order, score levels), the media in the Clef slots
 (`images`, `audio`, `videos`), each entry given by the caller (a data URL, or a file path for datasets), and the
-request's `truncate` / `x_isolation` when they differ from the defaults. TypeSafe placeholders were already replaced
+request's `truncate` / `x_isolation` / `x_audit` when they differ from the defaults. TypeSafe placeholders were already replaced
 by the parser, so the rendered state reads the same to the model. Used to keep a request (the review directory, a
 labelled dataset line) in one form whatever form it arrived in.
 Knows nothing of files, HTTP or the model.
@@ -62,4 +62,6 @@ def render_request(request: DecisionRequest, media_entries: Sequence[JSONValue] 
         body["truncate"] = False
     if request.isolation is not None:
         body["x_isolation"] = request.isolation
+    if request.audit:
+        body["x_audit"] = True
     return body

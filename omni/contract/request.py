@@ -1,9 +1,10 @@
 """The one parser of the wire: a System One body (a parsed JSON mapping) plus named parts -> a `DecisionRequest`.
 
 Every edge calls `parse_request`: HTTP (JSON and multipart), `omni decide`, dataset lines. It folds every media form
-(`omni.contract.media_forms`: Clef slots, llama.cpp `files`, TypeSafe `assets` with placeholders, named parts),
-validates state, questions, `truncate`, `x_isolation` and `model`, and reports every violation of a body together as `Issue`s naming
-the field path and the limit; a well-formed request for a model this server does not answer as is `UnknownModel`.
+(`omni.contract.media_forms`: Clef slots, avrik `{data, media_type}` objects, llama.cpp `files`, TypeSafe `assets`
+with placeholders, named parts),
+validates state, questions, `truncate`, `x_isolation`, `x_audit` and `model`, and reports every violation of a body
+together as `Issue`s naming the field path and the limit; a well-formed request for a model this server does not answer as is `UnknownModel`.
 Knows nothing of HTTP, pydantic, torch or the model. Never fetches URLs or reads paths.
 """
 from __future__ import annotations
@@ -170,8 +171,12 @@ def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] =
     isolation = body.get("x_isolation")
     if isolation is not None and isolation not in ISOLATION_MODES:
         issues.add(("x_isolation",), f"Input should be {' or '.join(map(repr, ISOLATION_MODES))}", "literal_error")
+    audit = body.get("x_audit", False)
+    if not isinstance(audit, bool):
+        issues.add(("x_audit",), "x_audit must be a boolean", "bool_type")
     questions = _questions(body.get("questions"), config, issues, replacements)
     issues.raise_if_any()
     served_model(model, config)
     return DecisionRequest(state=state, questions=questions, model=model, media=tuple(media), truncate=truncate,
-                           request_id=body.get("id") if isinstance(body.get("id"), str) else None, isolation=isolation)
+                           request_id=body.get("id") if isinstance(body.get("id"), str) else None, isolation=isolation,
+                           audit=audit)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from omni.contract.audit import AuditRecord
 from omni.contract.json_values import JSONObject, JSONValue
 from preprocess.item import MediaItem
 
@@ -78,6 +79,7 @@ class DecisionRequest:
     truncate: bool = True
     request_id: str | None = None
     isolation: str | None = None             # x_isolation: "joint" | "isolated"; None = the server's default
+    audit: bool = False                      # x_audit: the caller asks for the audit record in the response
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class Decision:
     timings_ms: dict[str, float] = field(default_factory=dict)
     batch_size: int = 1
     cache: dict[str, str] = field(default_factory=dict)    # media / prefix: hit, partial or miss (absent: off)
+    audit: AuditRecord | None = None         # when the request asked for it or the engine keeps one for every decision
+    audit_shown: bool = False                # the response carries it (`x_audit`)
 
     def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
@@ -112,4 +116,6 @@ class Decision:
             body["x_truncated_state_chars"] = self.truncated_state_chars
         if self.tokens_by_modality:
             body["x_usage"] = dict(self.tokens_by_modality)
+        if self.audit is not None and self.audit_shown:
+            body["x_audit"] = self.audit.to_wire()
         return body

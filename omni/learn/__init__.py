@@ -7,6 +7,9 @@
     training.py      fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
     review.py        review directories: labels.jsonl (a dataset), media/ by content hash, decisions kept by a server
     review_queue.py  review queues: batch outputs and kept decisions, most uncertain first, and the labels given
+    statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
+    statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules
+    statement_schema.py  the DSA Transparency Database's statement fields, value lists and limits (with sources)
 
 Uses omni.model and omni.contract; never omni.serve. Knows nothing of HTTP, argv or the environment.
 """

@@ -15,6 +15,7 @@
     media.py        media items -> placeholder ids + thinker tensors (through preprocess), the media cache
     cache.py        ByteLRU: a thread-safe LRU bounded in bytes (the media and prefix caches)
     calibration.py  optional temperature scaling bound to a checkpoint
+    fingerprint.py  the checkpoint's sha256 (kept per file in a sidecar) and the software versions, for audit records
     export.py       a (fine-tuned) model back to the released layout
     tiny.py         a tiny random checkpoint built offline; checkpoints/ holds the embedded demo
 

@@ -92,16 +92,30 @@ class Calibration:
     checkpoint_fingerprint: str
     prompt_format: str = ""
     details: dict[str, Any] = field(default_factory=dict)   # per group: samples, NLL before and after (the report)
+    file_sha256: str = ""          # of the calibration.json it was read from ("" when not read from a file)
+    format: str = CALIBRATION_FORMAT
+
+    def bucket(self, question_type: str, n_options: int, modality: str | None = None) -> str | None:
+        """The key of the bucket whose temperature a question takes: the fine bucket's, else the coarse bucket's,
+        else None (T = 1; `modality` None: coarse only)."""
+        if n_options < 2:
+            return None
+        if modality is not None:
+            fine = group_key(question_type, n_options, modality)
+            if fine in self.temperatures:
+                return fine
+        coarse = group_key(question_type, n_options)
+        return coarse if coarse in self.temperatures else None
 
     def temperature(self, question_type: str, n_options: int, modality: str | None = None) -> float:
-        """The fine bucket's temperature, else the coarse bucket's, else 1 (`modality` None: coarse only)."""
-        if n_options < 2:
-            return 1.0
-        if modality is not None:
-            fine = self.temperatures.get(group_key(question_type, n_options, modality))
-            if fine is not None:
-                return fine
-        return self.temperatures.get(group_key(question_type, n_options), 1.0)
+        """The temperature of the question's bucket (`bucket`), 1 when none was fitted."""
+        key = self.bucket(question_type, n_options, modality)
+        return self.temperatures[key] if key is not None else 1.0
+
+    def buckets(self, request: DecisionRequest) -> dict[str, str | None]:
+        """Question id -> the bucket it takes in this request (its modality set from its media)."""
+        modality = request_modality(request)
+        return {q.id: self.bucket(q.type, len(q.options), modality) for q in request.questions}
 
     def apply(self, question_type: str, n_options: int, logits: Logits, modality: str | None = None) -> Logits:
         """logits [n_options] (numpy or torch) → logits / T of the question's bucket (T = 1 when not fitted)."""
@@ -120,8 +134,7 @@ def prompt_format_fingerprint() -> str:
     """Changes when the prompt's fixed text changes (then logits mean something else)."""
     from omni.model import prompt
 
-    text = f"{prompt.PREFIX}\x00{prompt.SCHEMA_HEADER}\x00{prompt.SUFFIX}\x00FIELD/ID/TYPE/INSTRUCTION/OPTION v1"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return prompt.TEMPLATE_SHA256[:16]
 
 
 def _sample_file(digest: hashlib._Hash, path: Path) -> None:
@@ -264,7 +277,8 @@ def load_calibration(checkpoint_dir: str | Path, path: str | Path | None = None)
     if not path.is_file():
         return None
     try:
-        body = json.loads(path.read_text())
+        raw = path.read_bytes()
+        body = json.loads(raw)
         temperatures = {str(k): float(v) for k, v in body["temperatures"].items()}
         fingerprint, prompt_format = body["checkpoint_fingerprint"], body["prompt_format"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -280,4 +294,5 @@ def load_calibration(checkpoint_dir: str | Path, path: str | Path | None = None)
         raise CalibrationError(f"{path} was fitted for another prompt format; refit it")
     if any(not (math.isfinite(t) and t > 0) for t in temperatures.values()):
         raise CalibrationError(f"{path}: temperatures must be finite and positive")
-    return Calibration(temperatures, fingerprint, prompt_format, body.get("groups", {}))
+    return Calibration(temperatures, fingerprint, prompt_format, body.get("groups", {}),
+                       file_sha256=hashlib.sha256(raw).hexdigest(), format=str(body["format"]))

@@ -20,13 +20,15 @@ from pathlib import Path
 
 import torch
 
+from omni.contract.audit import CalibrationAudit, ModelAudit, ModelEvidence
 from omni.contract.config import EngineConfig
 from omni.contract.types import DecisionRequest
 from omni.model.backbone import Backbone
 from omni.model.cache import CacheStats
 from omni.model.calibration import Calibration
-from omni.model.checkpoint import CheckpointSource, locate_checkpoint
+from omni.model.checkpoint import CheckpointSource, default_cache_dir, locate_checkpoint
 from omni.model.chunked import ChunkedPrefill
+from omni.model.fingerprint import checkpoint_sha256, software_versions
 from omni.model.forward import Forward
 from omni.model.head import JointSchemaHead, option_probabilities
 from omni.model.inputs import Inputs, PreparedRecord
@@ -43,7 +45,7 @@ class ClefModel:
     def __init__(self, backbone: Backbone, head: JointSchemaHead, parts: ProcessorParts, source: CheckpointSource, *,
                  max_context_tokens: int = 64_000, media_limits: MediaLimits = MediaLimits(),
                  media_cache_bytes: int = 0, prefix_cache_bytes: int = 0, isolation: str = "joint",
-                 prefill_chunk_tokens: int = 0):
+                 prefill_chunk_tokens: int = 0, cache_dir: str | None = None):
         self.backbone = backbone
         self.head = head
         self.parts = parts
@@ -55,6 +57,8 @@ class ClefModel:
         self.inputs = Inputs(backbone, self.prompt_encoder, self.media, self.prefixes, isolation)
         self.forward = Forward(backbone, head, self.prefixes, self.inputs)
         self.chunks = ChunkedPrefill(backbone, head, self.prefixes, self.inputs, prefill_chunk_tokens)
+        # the checkpoint's sha256 (audit records), hashed once when loaded (a sidecar spares a restart the re-hash)
+        self.sha256 = checkpoint_sha256(source.directory, default_cache_dir(cache_dir))
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> ClefModel:
@@ -68,7 +72,7 @@ class ClefModel:
     def load(cls, directory: str | Path, *, dtype: str = "auto", device: str = "auto", head_dtype: str = "float32",
              attn_implementation: str = "sdpa", tiny_default: bool = False, max_context_tokens: int = 64_000,
              media_limits: MediaLimits = MediaLimits(), media_cache_bytes: int = 0, prefix_cache_bytes: int = 0,
-             isolation: str = "joint", prefill_chunk_tokens: int = 0) -> ClefModel:
+             isolation: str = "joint", prefill_chunk_tokens: int = 0, cache_dir: str | None = None) -> ClefModel:
         """A checkpoint directory in the released layout, loaded strictly (`omni.model.loading`). Caches and chunked
         prefill are off unless given (`from_config` gives the config's)."""
         loaded = load_checkpoint(directory, dtype=dtype, device=device, head_dtype=head_dtype,
@@ -76,7 +80,7 @@ class ClefModel:
         return cls(loaded.backbone, loaded.head, loaded.parts, loaded.source, max_context_tokens=max_context_tokens,
                    media_limits=media_limits, media_cache_bytes=media_cache_bytes,
                    prefix_cache_bytes=prefix_cache_bytes, isolation=isolation,
-                   prefill_chunk_tokens=prefill_chunk_tokens)
+                   prefill_chunk_tokens=prefill_chunk_tokens, cache_dir=cache_dir)
 
     # ---------------------------------------------------------------------------------------- off the model thread
     def encode_media(self, items: tuple[MediaItem, ...]) -> RequestMedia:
@@ -105,9 +109,27 @@ class ClefModel:
     def prefill_step(self, record: PreparedRecord) -> bool:
         return self.chunks.step(record)
 
+    # -------------------------------------------------------------------------------------------------- audit
+    def evidence(self, record: PreparedRecord) -> ModelEvidence:
+        calibration = self.calibration
+        source = self.source
+        return ModelEvidence(
+            model=ModelAudit("", self.sha256, dict(self.head.config), source.release_date,
+                             "embedded demo checkpoint" if source.tiny_default else str(source.directory)),
+            calibration=CalibrationAudit(calibration.file_sha256, calibration.format,
+                                         calibration.buckets(record.request)) if calibration is not None else None,
+            prompt=record.prompt_audit,
+            media=record.media_audit, software=software_versions(), device=str(self.backbone.device),
+            backbone_dtype=dtype_name(self.backbone.dtype), head_dtype=dtype_name(self.head.hidden_norm.weight.dtype))
+
     # ------------------------------------------------------------------------------------------------- caches
     def cache_stats(self) -> dict[str, CacheStats]:
         return {"media": self.media.cache.stats(), "prefix": self.prefixes.stats()}
 
     def forget_prefixes(self) -> None:
         self.prefixes.clear()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """"bfloat16" for torch.bfloat16."""
+    return str(dtype).removeprefix("torch.")

@@ -68,6 +68,9 @@ class JointSchemaHead(nn.Module):
                  dropout: float = 0.0):
         super().__init__()
         self.hidden_size, self.width = hidden_size, width
+        self.config: dict[str, int | float] = {      # joint_head_config.json, as the audit record names it
+            "hidden_size": hidden_size, "width": width, "routing_layers": routing_layers, "layers": layers,
+            "heads": heads, "feedforward": feedforward, "dropout": dropout}
         self.hidden_norm = nn.LayerNorm(hidden_size)
         self.memory_projection = nn.Linear(hidden_size, width, bias=False)
         self.question_projection = nn.Linear(hidden_size, width, bias=False)

@@ -10,16 +10,19 @@ as if asked alone. Knows nothing of how the forward runs, of queues, HTTP, answe
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
+from omni.contract.audit import MediaAudit, PromptAudit
 from omni.contract.types import DecisionRequest
 from omni.model.backbone import Backbone
 from omni.model.media import MediaEncoder, RequestMedia
 from omni.model.prefixes import PrefixCache, PrefixEntry, PrefixProgress
-from omni.model.prompt import EncodedPrompt, PromptEncoder
+from omni.model.prompt import TEMPLATE_NAME, TEMPLATE_SHA256, EncodedPrompt, PromptEncoder
 from preprocess.item import MediaItem
 from preprocess.processor import EncodedMedia
 
@@ -35,11 +38,13 @@ class PreparedRecord:
     position_ids: torch.Tensor | None  # [3, 1, T]; None while only the part after the prefix is known
     suffix_position_ids: torch.Tensor  # [3, 1, T - P]: the positions after the prefix
     tokens_by_modality: dict[str, int]
+    prompt_audit: PromptAudit          # the audit record's prompt: what the ids are, how they were made
     prefix_key: str = ""               # everything before the first question, hashed (`PrefixCache.key`)
     timings_ms: dict[str, float] = field(default_factory=dict)   # decode, encode
     cache: dict[str, str] = field(default_factory=dict)          # media / prefix: hit, partial, miss (off: absent)
     prefix_entry: PrefixEntry | None = None    # its prefix, once prefilled in chunks
     progress: PrefixProgress | None = None     # a chunked prefill under way
+    media_audit: tuple[MediaAudit, ...] = ()   # the audit record's media: what the model used of each item
 
     @property
     def num_tokens(self) -> int:
@@ -96,7 +101,7 @@ class Inputs:
         cache = {"media": "hit" if media.cached_items == media.items else "partial" if media.cached_items else "miss"} \
             if media.items and self.media.cache.enabled else {}
         record = PreparedRecord(request, prompt, input_ids, encoded, None, torch.empty(3, 1, 0, dtype=torch.long),
-                                tokens, key, {}, cache)
+                                tokens, prompt_audit(prompt, tokens), key, {}, cache, media_audit=media.audit)
         expected = self.prefixes.peek(key) if self.prefixes.enabled else None
         if expected is not None:   # likely to reuse the prefix: no pixels, no positions before the questions
             record.suffix_position_ids = after_prefix(prompt, expected.next_position)
@@ -120,6 +125,15 @@ class Inputs:
         record.position_ids = positions
         record.suffix_position_ids = positions[:, :, prompt.prefix_len:]
         return record
+
+
+def prompt_audit(prompt: EncodedPrompt, tokens_by_modality: dict[str, int]) -> PromptAudit:
+    """The audit record's view of a prompt: its template, the sha256 of its exact ids (little-endian uint32),
+    tokens, truncation and isolation mode."""
+    ids = np.asarray(prompt.input_ids, dtype="<u4").tobytes()
+    return PromptAudit(TEMPLATE_NAME, TEMPLATE_SHA256, hashlib.sha256(ids).hexdigest(), len(prompt.input_ids),
+                       dict(tokens_by_modality), prompt.state_tokens_dropped, prompt.state_chars_dropped,
+                       "isolated" if prompt.isolated else "joint")
 
 
 def after_prefix(prompt: EncodedPrompt, start: int) -> torch.Tensor:

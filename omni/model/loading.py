@@ -64,7 +64,7 @@ def model_options(config: EngineConfig) -> dict[str, Any]:
             "media_limits": config.media, "tiny_default": config.model_path is None,
             "media_cache_bytes": int(config.media_cache_mb * MiB),
             "prefix_cache_bytes": int(config.prefix_cache_mb * MiB), "isolation": config.isolation,
-            "prefill_chunk_tokens": config.prefill_chunk_tokens}
+            "prefill_chunk_tokens": config.prefill_chunk_tokens, "cache_dir": config.cache_dir}
 
 
 def calibration_for(config: EngineConfig, directory: Path) -> Calibration | None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from omni.contract.audit import MediaAudit
+from omni.contract.json_values import JSONObject
 from omni.model.cache import ByteLRU, resident_bytes
 from preprocess.align import PlaceholderIds, hear_videos
 from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ
@@ -35,12 +37,14 @@ NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_
 
 @dataclass(frozen=True)
 class RequestMedia:
-    """A request's encoded media, a digest of its items' contents (in order) and how many came from the cache."""
+    """A request's encoded media, a digest of its items' contents (in order), how many came from the cache, and per
+    item what the model used of it (the audit record's media)."""
 
     encoded: EncodedMedia
     digest: str = ""
     cached_items: int = 0
     items: int = 0
+    audit: tuple[MediaAudit, ...] = ()
 
 
 class MediaEncoder:
@@ -62,7 +66,7 @@ class MediaEncoder:
         check_request(items, self.limits)
         digests, encodings, cached = [], [], 0
         for item in items:
-            digest = hashlib.blake2b(item.data, digest_size=16).hexdigest()
+            digest = hashlib.sha256(item.data).hexdigest()         # the cache key's and the audit record's
             key = (item.slot, digest, self._settings)
             encoding = self.cache.get(key) if self.cache.enabled else None
             if encoding is None:
@@ -72,7 +76,7 @@ class MediaEncoder:
                     self.cache.put(key, encoding, resident_bytes(encoding.patches, encoding.samples))
             else:
                 cached += 1
-            digests.append(f"{item.slot}:{digest}")
+            digests.append(digest)
             encodings.append(encoding)
         _check_hearable(items, encodings)
         encoded = assemble_media(encodings, image_processor=self.parts.image_processor,
@@ -80,7 +84,27 @@ class MediaEncoder:
                                  token_ids=PlaceholderIds.from_mapping(self.parts.special_ids, self.parts.newline_ids),
                                  position_id_per_seconds=self.position_id_per_seconds, n_window=self.n_window)
         tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
-        return RequestMedia(replace(encoded, tokens_by_modality=tokens), ",".join(digests), cached, len(items))
+        return RequestMedia(replace(encoded, tokens_by_modality=tokens),
+                            ",".join(f"{item.slot}:{digest}" for item, digest in zip(items, digests)), cached,
+                            len(items), media_audit(items, digests, encodings, encoded))
+
+
+def media_audit(items: Sequence[MediaItem], digests: Sequence[str], encodings: Sequence[ItemEncoding],
+                encoded: EncodedMedia) -> tuple[MediaAudit, ...]:
+    """Per item: its place, the sha256 of its bytes, its sniffed format and what the model used of it (sizes,
+    seconds, frames as decoded; the tokens it became; for a video, whether its soundtrack was heard)."""
+    per_kind = {kind: iter(counts) for kind, counts in encoded.tokens_per_item.items()}
+    out = []
+    for item, digest, encoding in zip(items, digests, encodings):
+        used: JSONObject = dict(encoding.used)
+        if item.slot == "audio":
+            used["tokens"] = next(per_kind["audio"])
+        elif item.slot == "videos":
+            used["tokens"] = next(per_kind["video"])
+            used["soundtrack_heard"] = encoded.use_audio_in_video
+            used["soundtrack_tokens"] = next(per_kind["video_audio"]) if encoded.use_audio_in_video else 0
+        out.append(MediaAudit(item.slot, item.index, digest, len(item.data), encoding.container, used))
+    return tuple(out)
 
 
 def _check_hearable(items: Sequence[MediaItem], encodings: Sequence[ItemEncoding]) -> None:

@@ -6,6 +6,7 @@ Knows nothing of the model, media decoding or HTTP: media arrive as already-expa
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,11 @@ SYSTEM_PROMPT = ("Read the complete state and schema. Decide every field jointly
 PREFIX = "<|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n<|im_start|>user\nSTATE:\n"
 SCHEMA_HEADER = "\n\nSCHEMA FIELDS:\n"
 SUFFIX = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:"
+# the template's name and its fixed text: a change of either means the logits mean something else (the audit record
+# names both; calibration files are bound to the text's hash)
+TEMPLATE_NAME = "clef-joint-schema/1"
+TEMPLATE_TEXT = f"{PREFIX}\x00{SCHEMA_HEADER}\x00{SUFFIX}\x00FIELD/ID/TYPE/INSTRUCTION/OPTION v1"
+TEMPLATE_SHA256 = hashlib.sha256(TEMPLATE_TEXT.encode()).hexdigest()
 
 
 def render(value: Any) -> str:

@@ -2,7 +2,7 @@
 
     PreparedInputs    what the engine reads of a prepared record (its request, token counts, timings, cache outcomes)
     DecisionModel     what the engine and evaluation call: prepare off the model thread, logits / probabilities on
-                      it, the chunked-prefill hooks, the caches' counters
+                      it, the chunked-prefill hooks, the caches' counters, the evidence for an audit record
     TrainableModel    a DecisionModel whose weights fine-tuning can reach (the thinker backbone and the head)
 
 A model's records are its own: whatever its `prepare` returns goes back, unchanged, to its `logits`,
@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from typing_extensions import TypeVar
 
+from omni.contract.audit import ModelEvidence
 from omni.contract.types import DecisionRequest
 from omni.model.backbone import Backbone
 from omni.model.cache import CacheStats
@@ -103,6 +104,11 @@ class DecisionModel(Protocol[RecordT]):
 
     def forget_prefixes(self) -> None:
         """Drop every cached prefix (after the weights changed)."""
+        ...
+
+    def evidence(self, record: RecordT) -> ModelEvidence:
+        """What the model knows of one prepared decision for its audit record: the checkpoint's hash, the
+        calibration and buckets used, the prompt's and media's audit, software, device and dtypes."""
         ...
 
 

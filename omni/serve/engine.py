@@ -9,6 +9,8 @@ records only through `PreparedInputs`. Knows nothing of HTTP, the environment or
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import logging
 import threading
 import time
@@ -19,6 +21,7 @@ from typing import Any, Generic, cast
 import torch
 
 from omni.contract.answers import build_answers
+from omni.contract.audit import AuditRecord, RuntimeAudit
 from omni.contract.config import EngineConfig
 from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
 from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
@@ -165,12 +168,31 @@ class DecisionEngine(Generic[RecordT]):
                   batch_size: int) -> Decision:
         answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
                                 confidence=self.config.confidence, decimals=self.config.probability_decimals)
+        request, mode = record.request, self.config.audit
+        audit = self._audit(record, batch_size) if request.audit or mode != "request" else None
         return Decision(model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
                         truncated_state_tokens=record.truncated_state_tokens,
                         truncated_state_chars=record.truncated_state_chars,
                         tokens_by_modality=dict(record.tokens_by_modality),
                         timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
-                        cache=dict(record.cache))
+                        cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always")
+
+    def _audit(self, record: RecordT, batch_size: int) -> AuditRecord:
+        """The decision's audit record: the model's evidence plus the served name, the forward it ran in (its batch
+        size, whether its prefix came in chunks), the cache outcomes, the request id and the time (UTC)."""
+        evidence = self._model().evidence(record)
+        software = evidence.software
+        runtime = RuntimeAudit(
+            omni_decide=software["omni_decide"] or "unknown", git_commit=software["git_commit"],
+            torch=software["torch"] or "", transformers=software["transformers"] or "", pyav=software["pyav"] or "",
+            ffmpeg=software["ffmpeg"] or "", device=evidence.device, backbone_dtype=evidence.backbone_dtype,
+            head_dtype=evidence.head_dtype, batch_size=batch_size, chunked="prefill_chunks" in record.timings_ms,
+            cache=dict(record.cache))
+        decided_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+        return AuditRecord(model=dataclasses.replace(evidence.model, id=self.config.served_name),
+                           calibration=evidence.calibration, prompt=evidence.prompt, media=evidence.media,
+                           runtime=runtime, request_id=record.request.request_id,
+                           decided_at=decided_at.replace("+00:00", "Z"))
 
     def decide(self, request: DecisionRequest) -> Decision:
         """Synchronous, in-process: one request, one forward."""

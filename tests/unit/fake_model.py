@@ -10,6 +10,7 @@ while preparing (an engine-side bug), "__slow_decode__" blocks while preparing u
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from omni.contract.audit import MediaAudit, ModelAudit, ModelEvidence, PromptAudit
 from omni.contract.config import EngineConfig
 from omni.contract.types import DecisionRequest
 from omni.model.cache import CacheStats
@@ -111,3 +113,14 @@ class FakeModel:
 
     def forget_prefixes(self) -> None:
         pass
+
+    def evidence(self, record: FakeRecord) -> ModelEvidence:
+        """A fixed model (sha256 of b"fake"), no calibration, the request's media by their real sha256."""
+        prompt = PromptAudit("fake/1", hashlib.sha256(b"fake template").hexdigest(),
+                             hashlib.sha256(repr(record.request).encode()).hexdigest(), record.num_tokens,
+                             dict(record.tokens_by_modality), 0, 0, "joint")
+        media = tuple(MediaAudit(item.slot, item.index, hashlib.sha256(item.data).hexdigest(), len(item.data),
+                                 item.kind, {}) for item in record.request.media)
+        return ModelEvidence(ModelAudit("", hashlib.sha256(b"fake").hexdigest(), {}, self.source.release_date, "fake"),
+                             None, prompt, media, {"omni_decide": "test", "git_commit": None, "torch": "", "transformers": "",
+                                                   "pyav": "", "ffmpeg": ""}, "cpu", "float32", "float32")

@@ -1,15 +1,14 @@
 """avrik-server's published client (`avrik-sdk==1.0.0`, pinned in the dev extra) against our real app in-process
 around the tiny engine: the body its own builder writes (`decide_body` with `image()` entries, `{"data",
 "media_type"}`) is accepted and its image is seen (image tokens, the same answers as the same bytes as a data URL);
-a bad `data` is a 422 at `images.0.data`. `Client.decide` itself also needs avrik's `audit` object in the answer,
-which lands with the audit record: until then that test is a strict xfail, so it flips when the object arrives."""
+a bad `data` is a 422 at `images.0.data`; `Client.decide` gets avrik's `audit` object, filled from our audit record
+(`omni.contract.avrik`), which its `Decision` model requires."""
 from __future__ import annotations
 
 import base64
 
 import avrik_sdk
 import httpx
-import pydantic
 import pytest
 from fastapi.testclient import TestClient
 
@@ -105,13 +104,15 @@ def test_the_client_raises_its_error_type_on_a_refused_image_not_a_crash(app_cli
     assert info.value.status == 422
 
 
-@pytest.mark.xfail(strict=True, raises=pydantic.ValidationError,
-                   reason="the avrik audit object lands with the audit record")
-def test_avrik_client_decide_with_an_image_returns_its_decision(app_client, png):
+def test_avrik_client_decide_with_an_image_returns_its_decision_and_audit(app_client, png):
     with avrik_sdk.Client("http://omni.test", transport=ThroughTestClient(app_client)) as client:
         d = client.decide(STATE, QUESTIONS, images=[avrik_sdk.image(png)])
     assert 0.0 <= d["visible"].noul <= 1.0 and d["next"].choice in ("ship", "rework", "scrap")
-    assert d.usage.input_tokens > 0 and d.audit.model_hash
+    assert d.usage.input_tokens > 0
+    record = d.x_audit                    # our own record, from which avrik's `audit` is filled
+    assert d.audit.model_hash == record["model"]["sha256"] and d.audit.precision == "float32"
+    assert d.audit.input_tokens == [d.usage.input_tokens] * len(QUESTIONS)
+    assert len(d.audit.prompt_template_sha256) == len(d.audit.allowed_token_set_hash) == len(QUESTIONS)
     assert d.x_usage["image"] > 0          # our extra field, kept by avrik's open models
 
 
