@@ -39,8 +39,8 @@ Knows nothing of logs, records or the serving internals: TOML in, a checked `Sta
 from __future__ import annotations
 
 import difflib
-import importlib
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,11 @@ from typing import Any
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONValue
 from omni.learn import statement_schema as db
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:                           # Python 3.10: the same parser, as the tomli package
+    import tomli as tomllib
 
 FILLED_BY_EXPORT = ("automated_decision", "application_date", "puid")
 REQUIRED = ("decision_ground", "category", "decision_facts", "source_type", "territorial_scope")
@@ -131,10 +136,6 @@ def load_statement_map(path: str | Path) -> StatementMap:
 
 
 def parse_statement_map(text: str, source: str = "statement map") -> StatementMap:
-    try:
-        tomllib = importlib.import_module("tomllib")      # the standard library's from Python 3.11
-    except ModuleNotFoundError:
-        raise StatementMapError("reading a statement map needs Python 3.11 or later (tomllib)") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
