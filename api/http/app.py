@@ -33,9 +33,11 @@ from api.http.routes import ServiceState, router
 from api.http.settings import Settings
 from api.http.ui import router as ui_router
 from omni.serve.surface import ServingEngine
+from preprocess.media import MiB
 
 if TYPE_CHECKING:
     from omni.learn.review_queue import ReviewQueues
+    from omni.serve.decision_log import DecisionLog
 
 log = logging.getLogger("omni.api")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -53,7 +55,9 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
         from omni.serve.engine import DecisionEngine  # lazily: importing api.http.app never loads torch by itself
         engine = DecisionEngine(settings.engine)
     svc = ServiceState(settings=settings, engine=engine, metrics=Metrics(), review=_review(settings),
-                       reports=report_dirs(settings.review_reports))
+                       reports=report_dirs(settings.review_reports), decision_log=_decision_log(settings))
+    if svc.decision_log is not None:
+        svc.metrics.watch_decision_log(svc.decision_log)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -67,6 +71,10 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
         svc.begin_drain()
         await anyio.to_thread.run_sync(lambda: engine.stop(drain=True))
         log.info("engine stopped")
+        decision_log = svc.decision_log
+        if decision_log is not None:         # what the drained requests queued is written before the exit
+            stats = await anyio.to_thread.run_sync(lambda: decision_log.close(drain=True))
+            log.info("decision log closed: %d written, %d dropped", stats.written, stats.dropped)
 
     app = FastAPI(title="omni-decide", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None,   # served by routes.py, behind the API keys unless --public-docs
@@ -92,6 +100,17 @@ def _review(settings: Settings) -> ReviewQueues | None:
     from omni.learn.review_queue import ReviewQueues
 
     return ReviewQueues(ReviewDir(settings.review_dir), list(settings.review_batches), settings.engine)
+
+
+def _decision_log(settings: Settings) -> DecisionLog | None:
+    """The decision log with --decision-log, opened (DecisionLogError at once when it cannot be written), else None."""
+    if settings.decision_log is None:
+        return None
+    from omni.serve.decision_log import DecisionLog
+
+    return DecisionLog(settings.decision_log, media=settings.decision_log_media,
+                       segment_bytes=int(settings.decision_log_segment_mb * MiB),
+                       retain_days=settings.retain_days).open()
 
 
 def _load(svc: ServiceState, on_failure: Callable[[BaseException], None] | None,

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from api.http import schemas
 from api.http.errors import NoRoute
-from api.http.routes import decide, require_api_key
+from api.http.routes import decide, kept, require_api_key
 from omni.contract.errors import InvalidRequest
 
 MODELS = ("clef-omni", "clef")      # `clef` too: the same request shape; this server runs one Clef model
@@ -41,8 +41,9 @@ async def run(request: Request, account_id: str, model_name: str) -> Response:
     if model_name not in MODELS:
         raise NoRoute(f"no route for @cf/cloudflare/{model_name}: this server runs {' and '.join(MODELS)}")
     decision, server_timing = await decide(request, adapt_body=lambda body: route_model(body, model_name))
-    return JSONResponse({"result": decision.to_wire(), "success": True, "errors": [], "messages": []},
-                        headers={"Server-Timing": server_timing})
+    wire = decision.to_wire()
+    return JSONResponse({"result": wire, "success": True, "errors": [], "messages": []},
+                        headers={"Server-Timing": server_timing}, background=kept(request, decision, wire))
 
 
 def route_model(body: Any, model_name: str) -> Any:

@@ -16,6 +16,7 @@ from prometheus_client.metrics_core import Metric
 from omni.contract.types import Decision
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
+from omni.serve.decision_log import DecisionLog, DecisionLogStats
 from omni.serve.surface import LongPrefillStats, ServingEngine
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -45,6 +46,8 @@ class Metrics:
         r.register(self._caches)
         self._longs = _LongPrefillCollector()
         r.register(self._longs)
+        self._decision_log = _DecisionLogCollector()
+        r.register(self._decision_log)
         for stage in ("parse",) + STAGES:  # so every stage is visible before the first request
             self.stage_seconds.labels(stage)
 
@@ -71,6 +74,10 @@ class Metrics:
         self._caches.stats = engine.cache_stats
         self._batcher.stats = engine.batcher_stats
         self._longs.stats = engine.long_prefills
+
+    def watch_decision_log(self, decision_log: DecisionLog) -> None:
+        """Export the decision log's counters: written, dropped (never silently), write errors, queue, bytes."""
+        self._decision_log.stats = decision_log.stats
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
@@ -137,3 +144,23 @@ class _LongPrefillCollector(_ScrapeCollector[LongPrefillStats]):
                                       "long requests refused (429) because they could not finish before their deadline")
         refused.add_metric([], stats["refused"])
         return in_flight, refused
+
+
+class _DecisionLogCollector(_ScrapeCollector[DecisionLogStats]):
+    """The decision log: records written and dropped (a full queue, a failed write), its queue and bytes, health."""
+
+    def families(self, stats: DecisionLogStats) -> Iterable[Metric]:
+        records = CounterMetricFamily("omni_decision_log_records", "decisions by what became of them",
+                                      labels=["outcome"])
+        records.add_metric(["written"], stats.written)
+        records.add_metric(["dropped"], stats.dropped)
+        errors = CounterMetricFamily("omni_decision_log_write_errors", "records lost to a failed write (in dropped)")
+        errors.add_metric([], stats.write_errors)
+        written = CounterMetricFamily("omni_decision_log_bytes", "bytes written, by kind", labels=["kind"])
+        written.add_metric(["segments"], stats.bytes_written)
+        written.add_metric(["media"], stats.media_bytes_written)
+        queue = GaugeMetricFamily("omni_decision_log_queue_depth", "decisions waiting for the log's writer")
+        queue.add_metric([], stats.queue_depth)
+        healthy = GaugeMetricFamily("omni_decision_log_healthy", "1 when the log can be written")
+        healthy.add_metric([], 1.0 if stats.healthy else 0.0)
+        return records, errors, written, queue, healthy

@@ -32,12 +32,14 @@ from api.http.settings import Settings
 from api.http.transport import check_content_headers, decompress, read_body
 from omni.contract.avrik import AVRIK_CLIENT_AGENT, avrik_audit
 from omni.contract.errors import DeadlineExceeded, NotReady
+from omni.contract.json_values import JSONObject
 from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 from omni.serve.surface import ServingEngine
 
 if TYPE_CHECKING:
     from omni.learn.review_queue import ReviewQueues
+    from omni.serve.decision_log import DecisionLog
 
 log = logging.getLogger("omni.api")
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
@@ -54,6 +56,7 @@ class ServiceState:
     drain_started: float | None = None   # time.monotonic() of SIGTERM / shutdown
     load_error: str | None = None
     review: ReviewQueues | None = None   # the review queues with --review-dir, else None
+    decision_log: DecisionLog | None = None   # with --decision-log: every decision appended (off the response path)
     reports: dict = dataclasses.field(default_factory=dict)   # report id -> eval report directory
 
     def begin_drain(self) -> None:
@@ -111,15 +114,28 @@ async def systemone(request: Request) -> Response:
     wire = decision.to_wire()
     if avrik and decision.audit is not None:
         wire["audit"] = avrik_audit(decision.audit, request.state.decision_request)
-    review = service(request).review
-    keep = None if review is None else BackgroundTask(_keep, review, request.state.decision_request, wire)
+    keep = kept(request, decision, wire)
     return JSONResponse(wire, headers={"Server-Timing": server_timing}, background=keep)   # kept after it is sent
 
 
-def _keep(review: Any, decision_request: DecisionRequest, wire: dict) -> None:
+def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTask | None:
+    """A served decision goes to the decision log (queued: the writer thread does the I/O) and, with a review
+    directory, is kept for review after its answer was sent (the returned task); both with its audit record."""
+    svc, decision_request = service(request), request.state.decision_request
+    audit = decision.audit.to_wire() if decision.audit is not None else None
+    if svc.decision_log is not None and audit is not None and decision.audit is not None:
+        svc.decision_log.append(decision_request, wire, audit, request_id=decision_request.request_id,
+                                decided_at=decision.audit.decided_at)     # a full queue is counted, never waited on
+    if svc.review is None:
+        return None
+    return BackgroundTask(_keep, svc.review, decision_request, wire, audit)
+
+
+def _keep(review: ReviewQueues, decision_request: DecisionRequest, wire: JSONObject,
+          audit: JSONObject | None) -> None:
     """Keep a served decision for review (after its answer was sent); a failure here never reaches the caller."""
     try:
-        review.review_dir.keep_decision(decision_request, wire)
+        review.review_dir.keep_decision(decision_request, wire, audit)
     except Exception:   # a full disk, a vanished directory: the service goes on, the operator reads why
         log.warning("request %s: could not keep the decision for review", decision_request.request_id, exc_info=True)
 
@@ -226,6 +242,11 @@ async def health(request: Request) -> JSONResponse:
 async def ready(request: Request) -> JSONResponse:
     svc = service(request)
     draining = svc.drain_started is not None
+    decision_log = svc.decision_log
+    if decision_log is not None and not decision_log.healthy:   # decisions would not be kept: take no traffic
+        problem = decision_log.stats().last_error or "its writer is not running"
+        return JSONResponse({"status": "failed", "message": f"the decision log cannot be written: {problem}"},
+                            status_code=503, headers={"Retry-After": "5"})
     if svc.engine.ready and not draining:
         return JSONResponse({"status": "ready"})
     status = "failed" if svc.load_error else "draining" if draining else "loading"

@@ -45,6 +45,11 @@ class Settings:
     review_dir: str | None = None            # labels, kept decisions and their media; None = review off
     review_batches: tuple[str, ...] = ()     # `omni batch` outputs offered as review queues (needs review_dir)
     review_reports: tuple[str, ...] = ()     # `omni eval --out` directories shown on the workbench's Report page
+    # the decision log: every decision (request with media by hash, response, audit record) appended to JSONL
+    decision_log: str | None = None          # its directory; None = off
+    decision_log_media: str = "store"        # store: each media content kept once, by sha256; hash-only: hashes only
+    decision_log_segment_mb: float = 64.0    # a segment rotates before it passes this
+    retain_days: float | None = None         # segments older than this, and media no kept record names, are pruned
     # Ray Serve (`omni serve --ray`, api/cluster/): the same app in front, one engine per replica behind it
     ray: bool = False                        # serve on a Ray cluster (the [cluster] extra)
     ray_address: str | None = None           # an existing cluster ("auto", "ray://head:10001"); None = start one here
@@ -150,7 +155,7 @@ class Settings:
             raise SettingsError(str(exc)) from None
         out = dataclasses.replace(self, engine=engine, **top)
         _check(out)
-        return out
+        return _with_records(out)
 
 
 def is_media_limit(key: str) -> bool:
@@ -232,7 +237,28 @@ def _check(s: Settings) -> None:
     if any(not k for k in s.api_keys):
         raise SettingsError("api_keys must not contain empty keys")
     _check_review(s)
+    _check_decision_log(s)
     _check_cluster(s)
+
+
+def _with_records(s: Settings) -> Settings:
+    """A decision log or a review directory keeps every decision with its audit record: the engine makes one for
+    every decision (`audit="record"`; the response still shows it only when asked, unless `audit="always"`)."""
+    keeps = s.decision_log is not None or s.review_dir is not None
+    if keeps and s.engine.audit == "request":
+        return dataclasses.replace(s, engine=dataclasses.replace(s.engine, audit="record"))
+    return s
+
+
+def _check_decision_log(s: Settings) -> None:
+    if s.decision_log_media not in ("store", "hash-only"):
+        raise SettingsError(f"decision_log_media must be store or hash-only, not {s.decision_log_media!r}")
+    if not s.decision_log_segment_mb > 0:
+        raise SettingsError(f"decision_log_segment_mb must be > 0, got {s.decision_log_segment_mb}")
+    if s.retain_days is not None and not s.retain_days > 0:
+        raise SettingsError(f"retain_days must be > 0, got {s.retain_days}")
+    if s.decision_log is not None and Path(s.decision_log).exists() and not Path(s.decision_log).is_dir():
+        raise SettingsError(f"decision_log {s.decision_log!r} is not a directory")
 
 
 def _check_review(s: Settings) -> None:

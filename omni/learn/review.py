@@ -6,8 +6,8 @@ A review directory holds
   where it came from, the model's answers, which labels correct them). It is rewritten whole (atomically) on every
   change, so a review in progress survives a crash or a restart;
 - `media/`: the media those lines name, content-addressed (`<sha256>.<container>`), paths relative to the directory;
-- `decisions.jsonl`: decisions a server keeps for review (`omni serve --review-dir`): the request in the same form
-  and the System One response, one per line, appended.
+- `decisions.jsonl`: decisions a server keeps for review (`omni serve --review-dir`): the request in the same form,
+  the System One response and the decision's audit record (`omni.contract.audit`), one per line, appended.
 Knows nothing of HTTP, the engine or the model: it sees parsed requests, response JSON and files.
 """
 from __future__ import annotations
@@ -141,11 +141,12 @@ class ReviewDir:
             _atomic_write(path, item.data)
         return name
 
-    def keep_decision(self, request: DecisionRequest, response: JSONObject) -> str:
-        """Append a served decision (its media stored under media/); its key."""
+    def keep_decision(self, request: DecisionRequest, response: JSONObject, audit: JSONObject | None = None) -> str:
+        """Append a served decision (its media stored under media/) with its audit record; its key."""
         key = f"d-{uuid.uuid4().hex[:16]}"
         body = render_request(request, [self.store_media(item) for item in request.media])
-        line = json.dumps({"key": key, "request": body, "response": response}, ensure_ascii=False)
+        kept = {"key": key, "request": body, "response": response, **({"audit": audit} if audit is not None else {})}
+        line = json.dumps(kept, ensure_ascii=False)
         with self._lock, open(self.decisions_file, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
         return key

@@ -7,6 +7,9 @@
     admission.py  PrefillBacklog: the long prefills under way and what a prefix token costs here (for admission)
     backlog.py    `omni batch`'s runner: a JSONL file of requests -> one output record per line, resumable
     heap.py       HeapTrimmer: hands memory freed after big work back to the operating system
+    decision_log.py        DecisionLog: every decision appended to JSONL segments by one writer thread (bounded
+                           queue, health, counters; media kept once by sha256)
+    decision_log_files.py  the decision log's layout and record format, reading it back, retention
 
 Uses omni.contract and the model surface of omni.model (and omni.model.clef only to load the model its config
 names); knows nothing of HTTP, argv, the environment or training.

@@ -214,8 +214,8 @@ def _media_named(path: Path) -> set[str]:
 
 def problem(exc: BaseException) -> str:
     """An OSError in an operator's words: full, not writable, or what the system said."""
-    code = getattr(exc, "errno", None)
-    reason = getattr(exc, "strerror", None) or str(exc)
+    code = exc.errno if isinstance(exc, OSError) else None
+    reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
     if code in FULL:
         return f"is full ({reason})"
     if code in UNWRITABLE:
