@@ -151,6 +151,19 @@ class ReviewDir:
             handle.write(line + "\n")
         return key
 
+    def labels_by_request_id(self) -> dict[str, JSONObject]:
+        """The labels of decisions a server kept, keyed by the decisions' request ids (from their audit records):
+        {request id: {question: label}}. Kept decisions without a request id, or not labelled, are left out."""
+        out: dict[str, JSONObject] = {}
+        for kept in self.decisions():
+            audit = kept.get("audit")
+            request_id = audit.get("request_id") if isinstance(audit, dict) else None
+            with self._lock:
+                line = self._lines.get(str(kept["key"]))
+            if isinstance(request_id, str) and line is not None:
+                out[request_id] = dict(line["labels"])
+        return out
+
     def decisions(self) -> list[JSONObject]:
         """Every kept decision ({key, request, response}); a torn last line (a crash mid-write) is skipped."""
         if not self.decisions_file.exists():
@@ -187,3 +200,4 @@ def _atomic_write(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
