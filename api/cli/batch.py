@@ -113,7 +113,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The flags over the defaults (as `omni decide`); the queue always holds every line in flight."""
     overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "torch_threads": args.threads,
                  "max_batch_records": args.max_batch_records}
-    config = replace(EngineConfig(), **{k: v for k, v in overrides.items() if v is not None})
+    # every record carries its decision's audit record (audit="always": the engine shows it, the runner files it)
+    config = replace(EngineConfig(audit="always"), **{k: v for k, v in overrides.items() if v is not None})
     concurrency = args.concurrency or 2 * config.max_batch_records
     return replace(config, max_queue=max(config.max_queue, concurrency))
 

@@ -73,7 +73,8 @@ class RemoteBackend:
 
 def encode_line(line: RequestLine) -> tuple[dict[str, Any], dict[str, str]]:
     """(httpx body arguments, headers) for the line: a JSON body, or multipart with a `request` part and the files."""
-    body = json.dumps(line.body).encode()   # ASCII escapes: any string the line held travels unchanged
+    # ASCII escapes: any string the line held travels unchanged; x_audit: the record carries the audit record
+    body = json.dumps({**line.body, "x_audit": True}).encode()
     if not line.parts:
         return {"content": body}, {"Content-Type": "application/json"}
     files: list[tuple[str, tuple[str | None, bytes, str]]] = [("request", (None, body, "application/json"))]

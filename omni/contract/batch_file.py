@@ -1,6 +1,7 @@
 """The batch output file (`omni batch IN.jsonl --out OUT.jsonl`): one JSON record per answered or failed input line.
 
-    {"line": N, "input": "<IN.jsonl, relative to OUT's folder when possible>", "response": <the System One answer>}
+    {"line": N, "input": "<IN.jsonl, relative to OUT's folder when possible>", "response": <the System One answer>,
+     "audit": <the decision's audit record, omni.contract.audit>}
     {"line": N, "input": "...", "error": {"status": <HTTP status>, "body": <the service's error body>}}
 
 Lines are numbered from 1 as in the input file. Records are appended as answers finish (any order); a rerun appends

@@ -152,7 +152,11 @@ def answer_line(backend: Backend, describe: Describe, number: int, text: bytes, 
     request_id = uuid.uuid4().hex
     record: dict[str, Any] = {"line": number, "input": reference}
     try:
-        record["response"] = backend.answer(text, request_id)
+        response = backend.answer(text, request_id)
+        audit = response.pop("x_audit", None)      # the decision's audit record, beside its answer in the record
+        record["response"] = response
+        if audit is not None:
+            record["audit"] = audit
         return record
     except BackendUnavailable:
         raise
