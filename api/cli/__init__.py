@@ -7,6 +7,7 @@
     batch.py   `omni batch IN.jsonl --out OUT.jsonl`: a backlog answered in-process or by a running server, resumable
     remote.py  the backlog backend of `omni batch --url`: each line posted to `omni serve` (httpx), 429/503 retried
     learn.py   `omni eval`, `omni calibrate`, `omni finetune`
+    replay.py  `omni replay LOG|RECORD`: logged decisions re-run and compared (exit 1 when one is not reproduced)
     export.py  `omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a log
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.

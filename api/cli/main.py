@@ -1,8 +1,9 @@
 """The `omni` command: one subcommand per job, each wired from its own module; one place prints errors.
 
 `decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
-(api/cli/batch.py), `export statements` (api/cli/export.py), `serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed). A caller's mistake is one line on stderr and exit 2, never a
-traceback. Knows nothing of model internals or HTTP.
+(api/cli/batch.py), `export statements` (api/cli/export.py), `replay` (api/cli/replay.py), `serve` and `review`
+(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed). A caller's mistake is one line on stderr
+and exit 2, never a traceback. Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from preprocess.errors import MediaError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import batch, decide, export, learn
+    from api.cli import batch, decide, export, learn, replay
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -34,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
          batch.run_batch),
         ("export", "export from a decision log: DSA statements of reasons", export.add_export_arguments,
          export.run_export),
+        ("replay", "re-run logged decisions (a decision log, a segment or SEGMENT.jsonl:LINE) and compare them",
+         replay.add_replay_arguments, replay.run_replay),
     ]
     try:
         from api.cli.serve import add_serve_arguments, run_serve

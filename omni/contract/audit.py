@@ -11,6 +11,9 @@ files and review records. `to_wire()` is its JSON form (`AUDIT_FORMAT`); `audit_
     runtime      omni-decide version (git commit when known), torch / transformers / PyAV / FFmpeg versions, device,
                  dtypes, the batch size of the forward it ran in, chunked or not, cache outcomes
     request_id, decided_at (UTC, ISO 8601), policy_sha256 (None until a policy applies)
+    probabilities  question id -> option id -> the probability the answers were made from, unrounded (the head's
+                 float32 after calibration, options in request order): what `omni replay` compares to 1e-5, which
+                 the response's rounded values could not show
 
 Hashes are lowercase hex sha256. `input_ids_sha256` is the sha256 of the ids as little-endian unsigned 32-bit
 integers. Knows nothing of torch, files, HTTP or how the values were measured.
@@ -104,6 +107,7 @@ class AuditRecord:
     request_id: str | None
     decided_at: str                    # UTC, ISO 8601 with microseconds and "Z"
     policy_sha256: str | None = None
+    probabilities: dict[str, dict[str, float]] | None = None   # unrounded; None where the engine had none to give
 
     def to_wire(self) -> JSONObject:
         wire: dict[str, Any] = {"format": AUDIT_FORMAT, **asdict(self)}
@@ -123,6 +127,7 @@ def audit_from_wire(wire: JSONObject) -> AuditRecord:
             prompt=PromptAudit(**wire["prompt"]),
             media=tuple(MediaAudit(**m) for m in wire["media"]),
             runtime=RuntimeAudit(**wire["runtime"]),
-            request_id=wire["request_id"], decided_at=wire["decided_at"], policy_sha256=wire.get("policy_sha256"))
+            request_id=wire["request_id"], decided_at=wire["decided_at"], policy_sha256=wire.get("policy_sha256"),
+            probabilities=wire.get("probabilities"))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed audit record: {exc}") from None

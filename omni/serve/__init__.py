@@ -10,6 +10,8 @@
     decision_log.py        DecisionLog: every decision appended to JSONL segments by one writer thread (bounded
                            queue, health, counters; media kept once by sha256)
     decision_log_files.py  the decision log's layout and record format, reading it back, retention
+    replay.py     logged decisions re-run on an engine: refused / unreplayable / drift / differs / reproduced, per
+                  record and overall, against the audit record's unrounded probabilities
 
 Uses omni.contract and the model surface of omni.model (and omni.model.clef only to load the model its config
 names); knows nothing of HTTP, argv, the environment or training.

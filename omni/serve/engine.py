@@ -169,7 +169,7 @@ class DecisionEngine(Generic[RecordT]):
         answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
                                 confidence=self.config.confidence, decimals=self.config.probability_decimals)
         request, mode = record.request, self.config.audit
-        audit = self._audit(record, batch_size) if request.audit or mode != "request" else None
+        audit = self._audit(record, batch_size, per_question) if request.audit or mode != "request" else None
         return Decision(model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
                         truncated_state_tokens=record.truncated_state_tokens,
                         truncated_state_chars=record.truncated_state_chars,
@@ -177,9 +177,10 @@ class DecisionEngine(Generic[RecordT]):
                         timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
                         cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always")
 
-    def _audit(self, record: RecordT, batch_size: int) -> AuditRecord:
+    def _audit(self, record: RecordT, batch_size: int, per_question: list[torch.Tensor]) -> AuditRecord:
         """The decision's audit record: the model's evidence plus the served name, the forward it ran in (its batch
-        size, whether its prefix came in chunks), the cache outcomes, the request id and the time (UTC)."""
+        size, whether its prefix came in chunks), the cache outcomes, the request id, the time (UTC) and the
+        unrounded probabilities (question -> option, request order) that `omni replay` compares."""
         evidence = self._model().evidence(record)
         software = evidence.software
         runtime = RuntimeAudit(
@@ -192,7 +193,8 @@ class DecisionEngine(Generic[RecordT]):
         return AuditRecord(model=dataclasses.replace(evidence.model, id=self.config.served_name),
                            calibration=evidence.calibration, prompt=evidence.prompt, media=evidence.media,
                            runtime=runtime, request_id=record.request.request_id,
-                           decided_at=decided_at.replace("+00:00", "Z"))
+                           decided_at=decided_at.replace("+00:00", "Z"),
+                           probabilities=unrounded(record.request.questions, per_question))
 
     def decide(self, request: DecisionRequest) -> Decision:
         """Synchronous, in-process: one request, one forward."""
@@ -296,6 +298,15 @@ class DecisionEngine(Generic[RecordT]):
             outcome.set_result(decision)
 
         queued.add_done_callback(transfer)
+
+
+def unrounded(questions: Sequence[Question], per_question: list[torch.Tensor]) -> dict[str, dict[str, float]]:
+    """Question id -> option id -> probability as the model gave it (head order mapped to request order)."""
+    probabilities = {}
+    for question, values in zip(questions, per_question):
+        by_id = dict(zip((o.id for o in question.prompt_options), values.tolist()))
+        probabilities[question.id] = {o.id: float(by_id[o.id]) for o in question.options}
+    return probabilities
 
 
 def _tokens(record: RecordT) -> int:
