@@ -5,7 +5,8 @@ tokenizer and template files; not `calibration.json`, which has a hash of its ow
 a fine-tune's summary) as the sha256 of the lines `<name>\\t<bytes>\\t<sha256 of the file>\\n` in name order. Hashing
 60 GB takes minutes, so each file's hash is kept in a sidecar keyed by its size and modification time, in the cache
 directory (`fingerprints/<hash of the directory's path>.json`: a model directory, the installed package's demo
-checkpoint included, is never written to); a restart re-reads only files that changed. `software_versions()` names omni-decide (and its git commit when it runs from a checkout),
+checkpoint included, is never written to); a restart re-reads only files that changed. A checkpoint under
+`SIDECAR_MIN_BYTES` (the shipped demo, 1.5 MB) hashes in milliseconds and gets no sidecar: nothing is written for it. `software_versions()` names omni-decide (and its git commit when it runs from a checkout),
 torch, transformers, PyAV and the FFmpeg libraries PyAV carries.
 Knows nothing of requests, serving or HTTP.
 """
@@ -26,6 +27,7 @@ SIDECAR_FORMAT = "omni-sha256/1"
 HASHED_SUFFIXES = (".safetensors", ".json", ".jinja", ".txt", ".model", ".tiktoken")
 NOT_HASHED = ("calibration.json", "training.json")
 _READ_BYTES = 8 << 20
+SIDECAR_MIN_BYTES = 64 << 20        # below this, hashing is quicker than worth remembering
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
@@ -55,7 +57,7 @@ def checkpoint_sha256(directory: str | Path, cache_dir: Path) -> str:
                 and entry.get("mtime_ns") == stat.st_mtime_ns and isinstance(entry.get("sha256"), str)):
             entry = {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
         files[path.name] = entry
-    if files != known:
+    if files != known and sum(int(entry["bytes"]) for entry in files.values()) >= SIDECAR_MIN_BYTES:
         _write_sidecar(sidecar, directory, files)
     lines = "".join(f"{name}\t{entry['bytes']}\t{entry['sha256']}\n" for name, entry in sorted(files.items()))
     return hashlib.sha256(lines.encode()).hexdigest()

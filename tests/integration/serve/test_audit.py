@@ -92,7 +92,12 @@ def test_media_records_say_what_was_used_and_hash_the_callers_bytes(engine):
     assert (clip_video["source_width"], clip_video["source_height"], clip_video["rotation_degrees"]) == (128, 96, 0)
 
 
-def test_hashes_are_stable_across_a_restart_and_follow_what_changed(engine, tiny_dir, tmp_path):
+def test_hashes_are_stable_across_a_restart_and_follow_what_changed(engine, tiny_dir, tmp_path, monkeypatch):
+    from omni.model import fingerprint
+
+    engine.decide(request(engine))
+    assert not (Path(engine.config.cache_dir) / "fingerprints").exists()  # a small checkpoint leaves no sidecar
+    monkeypatch.setattr(fingerprint, "SIDECAR_MIN_BYTES", 0)                # as a 60 GB one would
     first = engine.decide(request(engine)).audit
     restarted = DecisionEngine(EngineConfig(model_path=str(tiny_dir), cache_dir=str(tmp_path))).load()
     again = restarted.decide(request(restarted)).audit

@@ -41,7 +41,7 @@ def test_a_line_with_media_files_goes_as_multipart_that_the_servers_transport_re
     request = seen[0]
     assert request.headers["authorization"] == "Bearer k1" and request.headers["x-request-id"] == "rid-1"
     wire = read_body(request.read(), request.headers["content-type"], max_parts=64)
-    assert wire.body == {"state": "s", "questions": LINE["questions"]}       # labels and the path fields dropped
+    assert wire.body == {"state": "s", "questions": LINE["questions"], "x_audit": True}   # labels, paths dropped
     assert [(p.name, p.data) for p in wire.parts] == [("images", media("image")), ("audio", media("audio"))]
     assert "media/a.png" in wire.parts[0].origin                               # the server's messages name the file
 
@@ -51,7 +51,7 @@ def test_a_line_without_files_goes_as_json(tmp_path):
     remote, _ = backend(lambda r: seen.append(r) or httpx.Response(200, json=ANSWER), tmp_path)
     remote.answer(json.dumps({"state": "\ud800?", "questions": {}}).encode(), "rid")
     assert seen[0].headers["content-type"] == "application/json"
-    assert json.loads(seen[0].read()) == {"state": "\ud800?", "questions": {}}   # lone surrogate sent as it came
+    assert json.loads(seen[0].read()) == {"state": "\ud800?", "questions": {}, "x_audit": True}   # surrogate as it came
 
 
 def test_429_and_503_are_retried_after_the_servers_wait_then_kept_as_the_line_error(tmp_path):
