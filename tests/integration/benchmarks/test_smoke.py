@@ -205,6 +205,25 @@ def check_cache(tmp_path: Path) -> None:
     assert set(summary) == {"event", "repeat_media", "isolated_64", "same_photo", "memory"}
 
 
+def check_audit(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("audit.py").stdout)
+    assert one(lines, event="env")["smoke"] is True
+    record = one(lines, event="record_cost")
+    positive(record, "off.best_ms", "on.best_ms", "ratio_on_over_off_best", "ratio_on_over_off_median",
+             "ratio_on_over_off_paired_median")
+    log = one(lines, event="log_cost")
+    for mode in ("off", "on"):
+        assert log[mode]["statuses"] == {"200": log[mode]["requests"]}
+        positive(log[mode], "throughput_rps", "p50_ms")
+    written = log["log"]["metrics"]['omni_decision_log_records_total{outcome="written"}']
+    assert written == log["log"]["records"] > log["on"]["requests"]          # every decision, the warm-up's too
+    assert log["log"]["metrics"]['omni_decision_log_records_total{outcome="dropped"}'] == 0
+    assert log["log"]["media_files"] == 2                                     # one photo, one clip: kept once each
+    summary = one(lines, event="summary")
+    finite(summary)
+    positive(summary, "record_ratio", "log_ratio_rps")
+
+
 def check_preprocessing(tmp_path: Path) -> None:
     out = run_smoke("preprocessing.py").stdout
     lines = json_lines(out)
@@ -290,8 +309,8 @@ def check_run_sh(tmp_path: Path) -> None:
 
 
 CHECKS: dict[str, Callable[[Path], None]] = {
-    "abuse.py": check_abuse, "batch.py": check_batch, "cache.py": check_cache, "load.py": check_load,
-    "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
+    "abuse.py": check_abuse, "audit.py": check_audit, "batch.py": check_batch, "cache.py": check_cache,
+    "load.py": check_load, "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
     "soak.py": check_soak, "device/realsize.py": check_realsize, "device/run.sh": check_run_sh,
 }
 
