@@ -37,6 +37,8 @@ def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", action="append", metavar="NAME=FILE", type=_part_spec,
                         help="a named part for a TypeSafe asset {\"type\": \"image\", \"part\": NAME} (repeatable)")
     parser.add_argument("--compact", action="store_true", help="print the response on one line")
+    parser.add_argument("--audit", action="store_true",
+                        help="add the decision's audit record (x_audit): model and calibration hashes, prompt, media")
     add_model_arguments(parser)
 
 
@@ -72,6 +74,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from omni.serve.engine import DecisionEngine
 
     config = engine_config_from_args(args)
+    if args.audit:
+        config = replace(config, audit="always")
     body = load_json(sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes())
     request = parse_request(body, config, cli_parts(args))
     decision = DecisionEngine(config).decide(request)

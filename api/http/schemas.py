@@ -79,6 +79,8 @@ class SystemOneRequest(_Open):
     x_isolation: Literal["joint", "isolated"] | None = Field(
         None, description="joint (the reference): the questions are decided together; isolated: each question as if "
                           "asked alone about the same state and media. Default: the server's --isolation")
+    x_audit: bool = Field(False, description="true: the response carries the decision's audit record as `x_audit` "
+                                             "(also sent for every request under --audit always)")
 
 
 class MultipartRequest(BaseModel):
@@ -123,6 +125,10 @@ class SystemOneResponse(BaseModel):
         None, description="state tokens cut to fit the context (estimated when the state is far longer than fits)")
     x_truncated_state_chars: int | None = Field(None, description="state characters cut to fit the context (exact)")
     x_usage: dict[str, int] | None = Field(None, description="input tokens by modality")
+    x_audit: dict[str, Any] | None = Field(
+        None, description="the audit record (format omni-audit/1), when asked for: model and calibration sha256, the "
+                          "prompt's input-ids sha256 and tokens, each medium's sha256 and what was used of it, "
+                          "software versions and device, request id, decided_at, unrounded probabilities")
 
 
 class ValidationIssue(BaseModel):

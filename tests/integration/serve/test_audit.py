@@ -136,3 +136,20 @@ def test_the_record_is_shown_only_when_asked_and_kept_for_every_decision_in_reco
         other = DecisionEngine(dataclasses.replace(engine.config, audit=mode), engine.model).load()
         decision = other.decide(request(other, x_audit=False))
         assert decision.audit is not None and ("x_audit" in decision.to_wire()) is shown
+
+
+def test_omni_decide_audit_prints_the_record_and_leaves_it_out_without_the_flag(tiny_dir, tmp_path, capsys):
+    from api.cli.main import main
+
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps({"state": "The fan rattles.", "questions": QUESTIONS}))
+    png = tmp_path / "unit.png"
+    png.write_bytes(image_bytes())
+    assert main(["decide", str(body), "--model", str(tiny_dir), "--image", str(png), "--compact", "--audit"]) == 0
+    audited = json.loads(capsys.readouterr().out)
+    record = audit_from_wire(audited["x_audit"])
+    assert record.media[0].sha256 == hashlib.sha256(png.read_bytes()).hexdigest() and record.media[0].slot == "images"
+    assert record.model.sha256 == independent_checkpoint_sha256(tiny_dir)
+    assert main(["decide", str(body), "--model", str(tiny_dir), "--image", str(png), "--compact"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "x_audit" not in plain and plain["answers"] == audited["answers"]
