@@ -32,6 +32,7 @@ from api.http.review import router as review_router
 from api.http.routes import ServiceState, router
 from api.http.settings import Settings
 from api.http.ui import router as ui_router
+from omni.contract.avrik import AVRIK_CLIENT_AGENT
 from omni.serve.surface import ServingEngine
 from preprocess.media import MiB
 
@@ -147,8 +148,13 @@ def _request_id(scope: Scope) -> str:
 
 
 def _envelope(scope: Scope) -> str:
-    """The error body shape the route asked for (`api.http.cloudflare` sets "cloudflare"); System One otherwise."""
-    return scope.setdefault("state", {}).get("envelope") or "systemone"
+    """The error body shape the route asked for (`api.http.cloudflare` sets "cloudflare"), else avrik's for its
+    client (by User-Agent), else System One's."""
+    chosen = scope.setdefault("state", {}).get("envelope")
+    if chosen:
+        return chosen
+    agent = next((value for name, value in scope.get("headers") or () if name == b"user-agent"), b"")
+    return "avrik" if agent.decode("latin-1").startswith(AVRIK_CLIENT_AGENT) else "systemone"
 
 
 class RequestContext:

@@ -9,6 +9,10 @@ and Cloudflare's envelope on its route (`envelope="cloudflare"`): `{"result": nu
 Workers AI: 10000 auth, 5006 a request it cannot use (Cloudflare: no questions or an unknown type; here: an unknown
 model, 400), 5012 validation and inference failures, 5021 too large, 6003 unreadable body, 7000 no route, 3040
 capacity.
+avrik's published client (`envelope="avrik"`, chosen by its User-Agent) reads every refusal as `{"error": {"code",
+"message", "field"}}`: it gets the System One body with that object added (`code` avrik's stable code where one
+names the same fault — `context_too_large`, `model_unavailable` — else our `error_type`; `field` the first issue's
+place, dotted; `message` its text).
 Client faults are never 5xx; a 500 carries the request id and a fixed message, never the exception text.
 Knows the core's exception classes and Starlette's HTTPException; knows nothing of routes or the model.
 """
@@ -149,7 +153,27 @@ def error_payload(exc: BaseException, request_id: str,
         detail = {"error_type": "internal_error", "message": f"{_INTERNAL} ({request_id})"}
     if envelope == "cloudflare":
         return status, _cloudflare_errors(detail, rule.cf_code), headers
-    return status, {"detail": detail, "request_id": request_id}, headers
+    body: dict[str, Any] = {"detail": detail, "request_id": request_id}
+    if envelope == "avrik":
+        body["error"] = _avrik_error(detail, rule.error_type if status != 500 else "internal_error")
+    return status, body, headers
+
+
+# avrik's stable codes for the faults it names the same way (avrik_sdk.errors); the others keep our error_type
+_AVRIK_CODES = {"context_too_long": "context_too_large", "not_ready": "model_unavailable"}
+
+
+def _avrik_error(detail: list[dict[str, Any]] | dict[str, str], error_type: str) -> dict[str, Any]:
+    """avrik's `{"code", "message", "field"}` for one refusal: the first issue's place and text (and how many more)."""
+    if isinstance(detail, list) and detail:
+        first = detail[0]
+        more = f" (and {len(detail) - 1} more issues)" if len(detail) > 1 else ""
+        field = ".".join(map(str, first["loc"][1:])) or None
+        return {"code": _AVRIK_CODES.get(error_type, error_type), "message": f"{field}: {first['msg']}{more}"
+                if field else f"{first['msg']}{more}", "field": field}
+    message = detail["message"] if isinstance(detail, dict) else ""
+    error_type = detail.get("error_type", error_type) if isinstance(detail, dict) else error_type
+    return {"code": _AVRIK_CODES.get(error_type, error_type), "message": message, "field": None}
 
 
 def _cloudflare_errors(detail: list[dict[str, Any]] | dict[str, str], code: int) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""Fixtures of the media tests: the reference processors (built offline), a bounded-time runner, a tiny thinker.
+"""Fixtures of the integration tests: the reference processors (built offline), a bounded-time runner, a tiny
+thinker, and the app serving the tiny checkpoint in-process (`tiny_app_client`).
 
-Everything is built in-process from configs; no checkpoint, no network.
+Everything is built in-process; no network.
 """
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ def feature_extractor():
 
     return WhisperFeatureExtractor(feature_size=128, sampling_rate=16000, hop_length=160, n_fft=400,
                                    chunk_length=300, dither=0.0, return_attention_mask=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_app_client(tiny_dir):
+    """A TestClient of the app serving the tiny checkpoint, once it is ready (one per test module)."""
+    from fastapi.testclient import TestClient
+
+    from api.http.app import create_app
+    from api.http.settings import Settings
+    from omni.serve.engine import DecisionEngine
+    from tests.unit.http.serving import wait_ready
+
+    settings = Settings().with_values({"model": str(tiny_dir)})
+    with TestClient(create_app(settings, DecisionEngine(settings.engine))) as client:
+        wait_ready(client, seconds=120)
+        yield client
 
 
 @pytest.fixture(scope="session")

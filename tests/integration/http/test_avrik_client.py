@@ -12,11 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from api.http.app import create_app
-from api.http.settings import Settings
 from fixtures.media import image_bytes
-from omni.serve.engine import DecisionEngine
-from tests.unit.http.serving import wait_ready
 
 STATE = "Unit 7 on the bench, photo attached."
 QUESTIONS = {"visible": avrik_sdk.noul("Is the serial label visible in the photo?"),
@@ -39,11 +35,8 @@ class ThroughTestClient(httpx.BaseTransport):
 
 
 @pytest.fixture(scope="module")
-def app_client(tiny_dir):
-    settings = Settings().with_values({"model": str(tiny_dir)})
-    with TestClient(create_app(settings, DecisionEngine(settings.engine))) as client:
-        wait_ready(client, seconds=120)
-        yield client
+def app_client(tiny_app_client):
+    return tiny_app_client
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +94,18 @@ def test_the_client_raises_its_error_type_on_a_refused_image_not_a_crash(app_cli
     with (avrik_sdk.Client("http://omni.test", transport=ThroughTestClient(app_client)) as client,
           pytest.raises(avrik_sdk.AvrikError) as info):
         client.decide(STATE, QUESTIONS, images=[{"data": "", "media_type": "image/png"}])
-    assert info.value.status == 422
+    error = info.value                    # read from avrik's {"error": {code, message, field}}, not guessed
+    assert (error.status, error.field) == (422, "images.0.data") and error.code != "http_422"
+    assert error.message.startswith("images.0.data: ") and error.request_id
+
+
+def test_avriks_error_object_comes_beside_our_detail_only_for_its_client(http, app_client):
+    too_many = {"state": STATE, "questions": {f"q{n}": {"type": "noul"} for n in range(65)}}
+    theirs = http.post("/v1/systemone", json=too_many)
+    ours = app_client.post("/v1/systemone", json=too_many)
+    assert theirs.status_code == ours.status_code == 422
+    assert theirs.json()["detail"] == ours.json()["detail"] and "error" not in ours.json()
+    assert theirs.json()["error"]["field"] == ".".join(map(str, ours.json()["detail"][0]["loc"][1:]))
 
 
 def test_avrik_client_decide_with_an_image_returns_its_decision_and_audit(app_client, png):

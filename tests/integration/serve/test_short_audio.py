@@ -9,15 +9,10 @@ import io
 import numpy as np
 import pytest
 import soundfile
-from fastapi.testclient import TestClient
 
-from api.http.app import create_app
-from api.http.settings import Settings
 from fixtures.media import video_bytes, wav_bytes, wav_header
 from omni.contract.request import parse_request
-from omni.serve.engine import DecisionEngine
 from preprocess.errors import CorruptMedia
-from tests.unit.http.serving import wait_ready
 
 QUESTIONS = {"sounds_normal": {"type": "noul", "instructions": "Does it sound normal?"}}
 MINIMUM = "the minimum is 10.0 ms (160 samples at 16 kHz, one frame of features); sent with a longer clip it is heard"
@@ -114,11 +109,8 @@ def test_a_soundtrack_from_160_samples_is_heard_and_shorter_counts_as_none(tiny_
 
 
 @pytest.fixture(scope="module")
-def served(tiny_dir):
-    settings = Settings().with_values({"model": str(tiny_dir)})
-    with TestClient(create_app(settings, DecisionEngine(settings.engine))) as client:
-        wait_ready(client, seconds=120)
-        yield client
+def served(tiny_app_client):
+    return tiny_app_client
 
 
 def test_over_http_a_too_short_clip_is_a_422_naming_the_field(served):

@@ -319,6 +319,26 @@ def test_the_cloudflare_envelope_keeps_the_status_and_headers_and_adds_the_code(
     assert "secret" not in json.dumps(error_payload(KeyError("secret"), "rid-9", "cloudflare")[1])
 
 
+def test_avriks_envelope_adds_its_error_object_with_its_codes_and_keeps_ours():
+    from api.http.errors import error_payload
+    from omni.contract.errors import ContextTooLong, InvalidRequest, NotReady, Overloaded
+
+    cases = [(ContextTooLong(("state",), "too long", 9000, 8192), 413, "context_too_large", "state"),
+             (NotReady("loading"), 503, "model_unavailable", None), (Overloaded("full", 2.0), 429, "rate_limit_error",
+                                                                      None),
+             (InvalidRequest.one(("questions", "q", "type"), "bad"), 422, "validation_error", "questions.q.type"),
+             (KeyError("secret"), 500, "internal_error", None)]
+    for exc, status, code, field in cases:
+        plain = error_payload(exc, "rid-7")
+        got_status, payload, headers = error_payload(exc, "rid-7", "avrik")
+        assert (got_status, headers) == (plain[0], plain[2]) and got_status == status
+        assert {k: v for k, v in payload.items() if k != "error"} == plain[1]         # ours, unchanged, beside it
+        assert (payload["error"]["code"], payload["error"]["field"]) == (code, field)
+        assert payload["error"]["message"] and "secret" not in json.dumps(payload)
+    assert error_payload(InvalidRequest.one(("questions", "q"), "bad"), "r", "avrik")[1]["error"][
+        "message"] == "questions.q: bad"
+
+
 @pytest.mark.parametrize("content, headers", [
     (b"\x28\xb5\x2f\xfd garbage", {"Content-Type": "application/json", "Content-Encoding": "zstd"}),
     (b"\x1f\x8b garbage", {"Content-Type": "application/json", "Content-Encoding": "gzip"}),
