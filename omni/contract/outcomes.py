@@ -1,0 +1,127 @@
+"""Answers + a policy -> outcomes: act, review or pass for each question the policy names, and overall (`x_outcome`).
+
+A question's answer and confidence come from its System One answer, as the caller sees it: noul -> `p >= 0.5`,
+confidence `max(p, 1 - p)`; choice -> its `choice` and `confidence`; score -> its most probable level (the first, on a
+tie) and `confidence`. Its bar is the strictest that applies: `auto_at` (or `auto_at_for` the answer, which may be
+looser or stricter) raised by `auto_at_with` each medium the request carries. The outcome is `review` when the
+confidence is below the bar, else `act` when the answer is in `act_on`, else `pass`. A question whose rule cannot fit
+it (another type, an answer the rule's options lack) is sent to review with the reason, never refused: the policy is
+the server's, the request is valid. Overall: `act` if any question acts, else `review` if any is under review, else
+`pass`; questions the policy does not name (and no `[default]`) get no outcome.
+Knows nothing of HTTP, torch, the model or files.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from omni.contract.json_values import JSONObject
+from omni.contract.policy import Answer, Policy, QuestionPolicy, answer_key
+
+OUTCOMES = ("act", "review", "pass")
+MODALITY_OF_SLOT = {"images": "image", "audio": "audio", "videos": "video"}
+
+
+@dataclass(frozen=True)
+class QuestionOutcome:
+    outcome: str                          # act | review | pass
+    answer: Answer
+    confidence: float
+    auto_at: float                        # the bar this answer met or missed
+    reason: str | None = None             # why a rule did not fit (then the outcome is review)
+
+    def to_wire(self) -> JSONObject:
+        wire: JSONObject = {"outcome": self.outcome, "answer": self.answer, "confidence": self.confidence,
+                            "auto_at": self.auto_at}
+        if self.reason:
+            wire["reason"] = self.reason
+        return wire
+
+
+@dataclass(frozen=True)
+class Outcome:
+    overall: str
+    questions: dict[str, QuestionOutcome]
+    policy_version: str
+    policy_sha256: str
+
+    def to_wire(self) -> JSONObject:
+        return {"overall": self.overall, "questions": {qid: q.to_wire() for qid, q in self.questions.items()},
+                "policy": {"version": self.policy_version, "sha256": self.policy_sha256}}
+
+    def review_reasons(self) -> list[JSONObject]:
+        """Why the decision is under review: each such question with its answer, confidence and bar."""
+        return [{"question": qid, "answer": q.answer, "confidence": q.confidence, "auto_at": q.auto_at,
+                 **({"reason": q.reason} if q.reason else {})}
+                for qid, q in self.questions.items() if q.outcome == "review"]
+
+
+def modalities_of_slots(slots: Iterable[str]) -> frozenset[str]:
+    """The media a request carries (image, audio, video) from its items' slots."""
+    return frozenset(MODALITY_OF_SLOT[slot] for slot in slots if slot in MODALITY_OF_SLOT)
+
+
+def decide_outcome(policy: Policy, answers: Mapping[str, JSONObject], modalities: frozenset[str] = frozenset(),
+                   ) -> Outcome:
+    """The outcome of one decision's answers under `policy` (see the module docstring)."""
+    questions = {}
+    for qid, answer in answers.items():
+        rule = policy.rule_for(qid)
+        if rule is not None:
+            questions[qid] = question_outcome(rule, answer, modalities)
+    kinds = {q.outcome for q in questions.values()}
+    overall = "act" if "act" in kinds else "review" if "review" in kinds else "pass"
+    return Outcome(overall, questions, policy.version, policy.sha256)
+
+
+def question_outcome(rule: QuestionPolicy, answer: JSONObject, modalities: frozenset[str]) -> QuestionOutcome:
+    kind = answer.get("type")
+    chosen, confidence = read_answer(answer)
+    key = answer_key(chosen)
+    bar = max([rule.auto_at_for.get(key, rule.auto_at),
+               *(rule.auto_at_with[m] for m in modalities if m in rule.auto_at_with)])
+    mismatch = None
+    if rule.type is not None and rule.type != kind:
+        mismatch = f"the policy's rule is for a {rule.type} question; this one is {kind}"
+    elif rule.options is not None and kind != "noul" and set(_options_of(answer)) != set(rule.options):
+        mismatch = (f"the policy's rule names the answers {', '.join(rule.options)}; this question's are "
+                    f"{', '.join(_options_of(answer))}")
+    if mismatch:
+        return QuestionOutcome("review", chosen, confidence, bar, mismatch)
+    if confidence < bar:
+        return QuestionOutcome("review", chosen, confidence, bar)
+    acts = any(answer_key(value) == key and _same_kind(value, kind) for value in rule.act_on)
+    return QuestionOutcome("act" if acts else "pass", chosen, confidence, bar)
+
+
+def read_answer(answer: JSONObject) -> tuple[Answer, float]:
+    """(the answer, its confidence) of one System One answer."""
+    kind = answer.get("type")
+    if kind == "noul":
+        p = float(answer["noul"])                                  # type: ignore[arg-type]
+        return p >= 0.5, max(p, 1.0 - p)
+    if kind == "choice":
+        return str(answer["choice"]), float(answer["confidence"])  # type: ignore[arg-type]
+    if kind == "score":
+        probabilities = answer["probabilities"]
+        assert isinstance(probabilities, dict)
+        levels = sorted(probabilities, key=int)
+        best = max(levels, key=lambda level: (probabilities[level], -int(level)))
+        return int(best), float(answer["confidence"])              # type: ignore[arg-type]
+    raise ValueError(f"not a System One answer: type {kind!r}")
+
+
+def _options_of(answer: JSONObject) -> list[str]:
+    probabilities = answer.get("probabilities")
+    if answer.get("type") == "score" and isinstance(probabilities, dict):
+        return sorted(probabilities, key=int)
+    return list(probabilities) if isinstance(probabilities, dict) else []
+
+
+def _same_kind(value: Answer, kind: object) -> bool:
+    """An act_on value can only match an answer of its own kind (True is not the level 1)."""
+    if isinstance(value, bool):
+        return kind == "noul"
+    if isinstance(value, int):
+        return kind == "score"
+    return kind == "choice"
