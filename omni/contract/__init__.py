@@ -12,6 +12,8 @@
     errors.py       typed errors, no status codes
     audit.py        the audit record of a decision (model, calibration, prompt, media, runtime): its JSON form
     avrik.py        avrik's `audit` object (what avrik's published client requires), filled from the audit record
+    policy.py       a decision policy (TOML): read, checked, versioned by its sha256; swapped whole on reload
+    outcomes.py     answers + a policy -> act / review / pass per question and overall (`x_outcome`)
 
 A media item is `preprocess.item.MediaItem` (the decoders' errors carry it). Knows nothing of torch, the model,
 HTTP, argv or the environment.
