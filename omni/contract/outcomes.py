@@ -98,16 +98,16 @@ def read_answer(answer: JSONObject) -> tuple[Answer, float]:
     """(the answer, its confidence) of one System One answer."""
     kind = answer.get("type")
     if kind == "noul":
-        p = float(answer["noul"])                                  # type: ignore[arg-type]
+        p = float(answer["noul"])
         return p >= 0.5, max(p, 1.0 - p)
     if kind == "choice":
-        return str(answer["choice"]), float(answer["confidence"])  # type: ignore[arg-type]
+        return str(answer["choice"]), float(answer["confidence"])
     if kind == "score":
         probabilities = answer["probabilities"]
         assert isinstance(probabilities, dict)
         levels = sorted(probabilities, key=int)
         best = max(levels, key=lambda level: (probabilities[level], -int(level)))
-        return int(best), float(answer["confidence"])              # type: ignore[arg-type]
+        return int(best), float(answer["confidence"])
     raise ValueError(f"not a System One answer: type {kind!r}")
 
 
