@@ -9,6 +9,7 @@
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
     schemas.py     pydantic shapes for the OpenAPI docs (never used to validate)
     metrics.py     Prometheus metrics of one app
+    webhooks.py    signed webhook deliveries: bounded queue, retries with backoff, dead-letter file, drain
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
 
 Knows the engine only through its serving surface (readiness, submit, info, stats) and never imports torch.
