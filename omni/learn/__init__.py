@@ -10,6 +10,8 @@
     statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
     statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules
     statement_schema.py  the DSA Transparency Database's statement fields, value lists and limits (with sources)
+    drift.py         logged decisions per time window -> answer/confidence/outcome distributions, PSI per question
+    drift_plot.py    the drift report's PNG: PSI per question over windows, answer shares per window
 
 Uses omni.model and omni.contract; never omni.serve. Knows nothing of HTTP, argv or the environment.
 """
