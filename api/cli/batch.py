@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from omni.contract.config import EngineConfig
 
 if TYPE_CHECKING:
+    from omni.contract.policy import Policy
     from omni.contract.types import DecisionRequest
     from omni.serve.backlog import Backend, BacklogSummary, Describe, EngineBackend
     from omni.serve.engine import DecisionEngine
@@ -48,6 +49,9 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     model.add_argument("--max-batch-records", type=int, default=None,
                        help=f"records per forward pass (default {EngineConfig.max_batch_records})")
+    model.add_argument("--policy", metavar="FILE",
+                       help="a policy (TOML): each record's response gets x_outcome (act / review / pass); with "
+                            "--url the server's own --policy applies")
 
 
 def run_batch(args: argparse.Namespace) -> int:
@@ -85,10 +89,13 @@ def _remote(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]
 
 def _in_process(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]:
     """(backend, lines in flight, close) with a model loaded here."""
+    from omni.contract.policy import read_policy
+
+    policy = read_policy(args.policy) if args.policy else None      # PolicyError: exit 2 before the model loads
     config = engine_config(args)
     engine = start_engine(config)
     try:
-        backend = engine_backend(engine, args.input, args.request_timeout_s, retries=args.retries)
+        backend = engine_backend(engine, args.input, args.request_timeout_s, retries=args.retries, policy=policy)
     except BaseException:
         engine.stop()
         raise
@@ -102,6 +109,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--concurrency must be at least 1"
     model_flags = [f"--{name.replace('_', '-')}" for name in ("model", "device", "dtype", "threads",
                                                              "max_batch_records") if getattr(args, name) is not None]
+    model_flags += ["--policy"] if args.url and args.policy else []
     if args.url and model_flags:
         return f"{', '.join(model_flags)}: the server at --url runs its own model; leave these out"
     if args.api_key and not args.url:
@@ -132,7 +140,7 @@ def start_engine(config: EngineConfig) -> DecisionEngine:
 
 
 def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: float | None = None,
-                   retries: int = 5) -> EngineBackend:
+                   retries: int = 5, policy: Policy | None = None) -> EngineBackend:
     """The in-process backend for a backlog at `input_path`: its lines parsed with the engine's own rules."""
     from api.http.errors import BodyTooLarge
     from api.http.settings import Settings
@@ -147,7 +155,7 @@ def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: f
             raise BodyTooLarge(f"body of {len(text)} bytes is over the {cap_bytes}-byte limit")
         return parse_request_line(text, root, engine.config)
 
-    return EngineBackend(engine, parse, deadline_s, retries=retries)
+    return EngineBackend(engine, parse, deadline_s, retries=retries, policy=policy)
 
 
 def _describe() -> Describe:

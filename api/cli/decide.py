@@ -37,6 +37,8 @@ def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", action="append", metavar="NAME=FILE", type=_part_spec,
                         help="a named part for a TypeSafe asset {\"type\": \"image\", \"part\": NAME} (repeatable)")
     parser.add_argument("--compact", action="store_true", help="print the response on one line")
+    parser.add_argument("--policy", metavar="FILE",
+                        help="a policy (TOML): the response gets x_outcome (act / review / pass per question)")
     parser.add_argument("--audit", action="store_true",
                         help="add the decision's audit record (x_audit): model and calibration hashes, prompt, media")
     add_model_arguments(parser)
@@ -70,15 +72,18 @@ def cli_parts(args: argparse.Namespace) -> list:
 
 def cmd_decide(args: argparse.Namespace) -> int:
     from omni.contract.json_values import load_json
+    from omni.contract.outcomes import with_outcome
+    from omni.contract.policy import read_policy
     from omni.contract.request import parse_request
     from omni.serve.engine import DecisionEngine
 
+    policy = read_policy(args.policy) if args.policy else None      # PolicyError: exit 2 before the model loads
     config = engine_config_from_args(args)
     if args.audit:
         config = replace(config, audit="always")
     body = load_json(sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes())
     request = parse_request(body, config, cli_parts(args))
-    decision = DecisionEngine(config).decide(request)
+    decision = with_outcome(DecisionEngine(config).decide(request), request, policy)
     print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=None if args.compact else 2))
     return 0
 

@@ -16,8 +16,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from api.http.settings import Settings, SettingsError, cli_fields, is_media_limit
+from omni.contract.errors import OmniError
+
+if TYPE_CHECKING:
+    from api.http.routes import ServiceState
 
 log = logging.getLogger("omni.serve")
 _NOT_FLAGS = {"model", "host", "port", "api_keys"}  # explicit flags below; api_keys only via env or file
@@ -31,6 +36,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-keys-file", metavar="PATH",
                         help="file with one API key per line (or env OMNI_API_KEYS=k1,k2 / OMNI_API_KEYS_FILE); "
                              "none: auth off")
+    parser.add_argument("--webhook-secret-file", metavar="PATH",
+                        help="file whose first line is the webhook secret (or env OMNI_WEBHOOK_SECRET / "
+                             "OMNI_WEBHOOK_SECRET_FILE); keeps it out of the process list")
     parser.add_argument("--no-batching", action="store_true", help="one record per model call (max_batch_records=1)")
     server = parser.add_argument_group("server and engine (each also OMNI_<NAME>)")
     media = parser.add_argument_group("media limits (each also OMNI_MEDIA_<NAME>)")
@@ -103,12 +111,27 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
                             timeout_graceful_shutdown=settings.drain_s,  # type: ignore[arg-type]
                             lifespan="on", server_header=False)
     server = holder["server"] = DrainingServer(config)
+    _reload_on_sighup(svc)
     log.info("omni serve on http://%s:%d (docs at /docs)", settings.host, settings.port)
     server.run()
     if failure:
         log.error("exiting: the model failed to load")
         return 1
     return 0
+
+
+def _reload_on_sighup(svc: ServiceState) -> None:
+    """SIGHUP reads the policy file again (atomically; a file that no longer reads keeps the policy in force and
+    logs why). Without a policy SIGHUP is logged and ignored, instead of ending the process."""
+    def reload(sig: int, frame: FrameType | None) -> None:
+        try:
+            if svc.reload_policy() is None:
+                log.info("SIGHUP: no policy to reload (--policy FILE)")
+        except OmniError as exc:
+            log.error("SIGHUP: the policy was not reloaded, the one in force stays: %s", exc)
+
+    if hasattr(signal, "SIGHUP"):        # not on Windows
+        signal.signal(signal.SIGHUP, reload)
 
 
 def _settle_heap() -> None:

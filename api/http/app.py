@@ -24,6 +24,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.http import schemas
+from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
 from api.http.errors import error_payload, handled_classes
 from api.http.metrics import Metrics
@@ -37,6 +38,8 @@ from omni.serve.surface import ServingEngine
 from preprocess.media import MiB
 
 if TYPE_CHECKING:
+    from api.http.webhooks import WebhookSender
+    from omni.contract.policy import PolicySource
     from omni.learn.review_queue import ReviewQueues
     from omni.serve.decision_log import DecisionLog
 
@@ -55,14 +58,23 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     if engine is None:
         from omni.serve.engine import DecisionEngine  # lazily: importing api.http.app never loads torch by itself
         engine = DecisionEngine(settings.engine)
-    svc = ServiceState(settings=settings, engine=engine, metrics=Metrics(), review=_review(settings),
-                       reports=report_dirs(settings.review_reports), decision_log=_decision_log(settings))
+    policy = _policy(settings)                      # PolicyError (naming key and line) before anything starts
+    webhooks = _webhooks(settings)                  # WebhookError when the receiver cannot be reached
+    svc = ServiceState(settings=settings, engine=engine, metrics=Metrics(), review=_review(settings, policy),
+                       reports=report_dirs(settings.review_reports), decision_log=_decision_log(settings),
+                       policy=policy, webhooks=webhooks)
     if svc.decision_log is not None:
         svc.metrics.watch_decision_log(svc.decision_log)
+    if policy is not None:
+        svc.metrics.set_policy(policy.current)
+    if webhooks is not None:
+        svc.metrics.watch_webhooks(webhooks)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc.parse_limiter = anyio.CapacityLimiter(settings.parse_threads)
+        if webhooks is not None:
+            webhooks.start()
         if not engine.ready:
             threading.Thread(target=_load, args=(svc, on_load_failure, on_loaded), name="engine-load",
                              daemon=True).start()
@@ -72,6 +84,9 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
         svc.begin_drain()
         await anyio.to_thread.run_sync(lambda: engine.stop(drain=True))
         log.info("engine stopped")
+        if webhooks is not None:             # what the drained requests queued is delivered or dead-lettered
+            await anyio.to_thread.run_sync(webhooks.stop)
+            log.info("webhooks stopped: %s", webhooks.stats())
         decision_log = svc.decision_log
         if decision_log is not None:         # what the drained requests queued is written before the exit
             stats = await anyio.to_thread.run_sync(lambda: decision_log.close(drain=True))
@@ -84,6 +99,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     app.include_router(router)
     app.include_router(cloudflare_router)
     app.include_router(review_router)
+    app.include_router(admin_router)
     if settings.ui:
         app.include_router(ui_router)
     for cls in handled_classes():
@@ -93,14 +109,56 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     return app
 
 
-def _review(settings: Settings) -> ReviewQueues | None:
-    """The review queues with --review-dir (its labels and kept decisions, plus the batch outputs named), else None."""
+def _review(settings: Settings, policy: PolicySource | None = None) -> ReviewQueues | None:
+    """The review queues with --review-dir (its labels and kept decisions, plus the batch outputs named; under a
+    policy, the decisions it sent to review), else None."""
     if settings.review_dir is None:
         return None
     from omni.learn.review import ReviewDir
     from omni.learn.review_queue import ReviewQueues
 
-    return ReviewQueues(ReviewDir(settings.review_dir), list(settings.review_batches), settings.engine)
+    return ReviewQueues(ReviewDir(settings.review_dir), list(settings.review_batches), settings.engine,
+                        policy=(lambda: policy.current) if policy is not None else None)
+
+
+def _policy(settings: Settings) -> PolicySource | None:
+    """The policy with --policy, read and checked (PolicyError naming the key and its line), else None."""
+    if settings.policy is None:
+        return None
+    from omni.contract.policy import PolicySource
+
+    source = PolicySource(settings.policy)
+    log.info("policy %r (sha256 %s) from %s", source.current.version, source.current.sha256, settings.policy)
+    return source
+
+
+def _webhooks(settings: Settings) -> WebhookSender | None:
+    """The webhook sender with --webhook (its receiver checked first unless --webhook-check false), else None."""
+    if settings.webhook is None or settings.webhook_secret is None:
+        return None
+    from pathlib import Path
+
+    from api.http.webhooks import WebhookConfig, WebhookError, WebhookSender, check_reachable
+
+    if settings.webhook_check:
+        check_reachable(settings.webhook, timeout_s=min(5.0, settings.webhook_timeout_s))
+    cache = Path(settings.engine.cache_dir) if settings.engine.cache_dir else Path.home() / ".cache" / "omni-decide"
+    dead_letter = Path(settings.webhook_dead_letter) if settings.webhook_dead_letter else \
+        cache / "webhooks" / "dead-letter.jsonl"
+    if not settings.webhook_dead_letter:
+        dead_letter.parent.mkdir(parents=True, exist_ok=True)
+    try:                                             # a dead-letter file that cannot be written stops the start
+        with open(dead_letter, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise WebhookError(f"--webhook-dead-letter {str(dead_letter)!r}: cannot be written ({exc.strerror})") from None
+    config = WebhookConfig(url=settings.webhook, secret=settings.webhook_secret, dead_letter_path=dead_letter,
+                           on=frozenset(settings.webhook_on), max_tries=settings.webhook_tries,
+                           timeout_s=settings.webhook_timeout_s, queue_size=settings.webhook_queue,
+                           drain_timeout_s=min(settings.drain_s, 30.0))
+    log.info("webhooks to %s for %s decisions; undeliverable ones go to %s", settings.webhook,
+             "/".join(settings.webhook_on), dead_letter)
+    return WebhookSender(config)
 
 
 def _decision_log(settings: Settings) -> DecisionLog | None:

@@ -38,6 +38,7 @@ from omni.contract.errors import (
     Overloaded,
     UnknownModel,
 )
+from omni.contract.policy import PolicyError
 from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ TABLE: dict[type[Exception], Rule] = {
     MediaTooLarge: Rule(413, "media_too_large", 5021, field=True),
     UnsupportedMedia: Rule(415, "unsupported_media", 5012, field=True),
     UnknownModel: Rule(400, "api_usage_error", 5006),
+    PolicyError: Rule(422, "policy_error", 5012),     # the operator's policy file no longer reads (a reload)
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
     NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),
     DeadlineExceeded: Rule(504, "timeout", 5012),

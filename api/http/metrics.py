@@ -1,18 +1,22 @@
 """Prometheus metrics of one app instance (own registry, so several apps can live in one process, e.g. tests).
 
 Requests by route and status, HTTP latency, per-stage latency (parse at the edge; decode / queue / forward from the
-engine's `Decision.timings_ms`), batch sizes, input tokens by modality, requests in flight.
+engine's `Decision.timings_ms`), batch sizes, input tokens by modality, requests in flight; under a policy, outcomes
+per question and policy version and the confidence per question (questions the policy names each have their own
+label; the ones `[default]` rules share `_default`, so a caller's question ids never grow the label set).
 Knows nothing of FastAPI routes or the model beyond the Decision fields it reads.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from omni.contract.outcomes import Outcome
+from omni.contract.policy import Policy
 from omni.contract.types import Decision
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
@@ -21,8 +25,18 @@ from omni.serve.surface import LongPrefillStats, ServingEngine
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
+CONFIDENCE_BUCKETS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99, 0.995, 1.0)
+DEFAULT_RULED = "_default"          # the label of questions a policy's [default] table rules
+OVERALL = "_overall"
 STAGES = ("decode", "queue", "forward")
 S = TypeVar("S")            # what a scrape-time collector reads
+WEBHOOK_COUNTERS = ("delivered", "retried", "failed_attempts", "dropped", "dead_lettered", "dead_letter_errors")
+
+
+class WebhookStats(Protocol):
+    """What /metrics reads of the webhook sender."""
+
+    def stats(self) -> dict[str, int]: ...
 
 
 class Metrics:
@@ -40,6 +54,13 @@ class Metrics:
         self.tokens = Counter("omni_input_tokens", "input tokens by modality", ["modality"], registry=r)
         self.inflight = Gauge("omni_requests_in_flight", "decision requests being handled", registry=r)
         self.model_info = Gauge("omni_model_info", "the served model", ["name", "tiny_default"], registry=r)
+        self.outcomes = Counter("omni_outcomes", "decision outcomes under the policy, per question (_overall: the "
+                                "decision's) and policy version", ["policy_version", "question", "outcome"],
+                                registry=r)
+        self.confidence = Histogram("omni_outcome_confidence", "confidence of the answers to the policy's questions",
+                                    ["question"], buckets=CONFIDENCE_BUCKETS, registry=r)
+        self.policy_info = Gauge("omni_policy_info", "the policy in force", ["version", "sha256"], registry=r)
+        self.policy_reloads = Counter("omni_policy_reloads", "policy reloads by result", ["result"], registry=r)
         self._batcher = _BatcherCollector()
         r.register(self._batcher)
         self._caches = _CacheCollector()
@@ -48,6 +69,8 @@ class Metrics:
         r.register(self._longs)
         self._decision_log = _DecisionLogCollector()
         r.register(self._decision_log)
+        self._webhooks = _WebhookCollector()
+        r.register(self._webhooks)
         for stage in ("parse",) + STAGES:  # so every stage is visible before the first request
             self.stage_seconds.labels(stage)
 
@@ -65,6 +88,21 @@ class Metrics:
         for modality, n in decision.tokens_by_modality.items():
             self.tokens.labels(modality).inc(max(0, n))
 
+    def observe_outcome(self, outcome: Outcome, policy: Policy) -> None:
+        self.outcomes.labels(outcome.policy_version, OVERALL, outcome.overall).inc()
+        for qid, question in outcome.questions.items():
+            label = qid if qid in policy.questions else DEFAULT_RULED
+            self.outcomes.labels(outcome.policy_version, label, question.outcome).inc()
+            self.confidence.labels(label).observe(question.confidence)
+
+    def set_policy(self, policy: Policy | None, reloaded: bool | None = None) -> None:
+        """The policy in force (`reloaded`: True/False counts a reload that worked or failed)."""
+        if reloaded is not None:
+            self.policy_reloads.labels("ok" if reloaded else "error").inc()
+        if policy is not None:
+            self.policy_info.clear()
+            self.policy_info.labels(policy.version, policy.sha256).set(1)
+
     def set_model(self, name: str, tiny_default: bool) -> None:
         self.model_info.clear()
         self.model_info.labels(name, str(tiny_default).lower()).set(1)
@@ -74,6 +112,10 @@ class Metrics:
         self._caches.stats = engine.cache_stats
         self._batcher.stats = engine.batcher_stats
         self._longs.stats = engine.long_prefills
+
+    def watch_webhooks(self, webhooks: WebhookStats) -> None:
+        """Export the webhook sender's counters: delivered, retried, failed attempts, dropped, dead-lettered."""
+        self._webhooks.stats = webhooks.stats
 
     def watch_decision_log(self, decision_log: DecisionLog) -> None:
         """Export the decision log's counters: written, dropped (never silently), write errors, queue, bytes."""
@@ -164,3 +206,19 @@ class _DecisionLogCollector(_ScrapeCollector[DecisionLogStats]):
         healthy = GaugeMetricFamily("omni_decision_log_healthy", "1 when the log can be written")
         healthy.add_metric([], 1.0 if stats.healthy else 0.0)
         return records, errors, written, queue, healthy
+
+
+class _WebhookCollector(_ScrapeCollector[dict[str, int]]):
+    """Webhook deliveries: counters by what became of them, the queue and the attempts in flight."""
+
+    def families(self, stats: dict[str, int]) -> Iterable[Metric]:
+        deliveries = CounterMetricFamily("omni_webhook_events", "webhook events: delivered, retried (attempts after "
+                                         "the first), failed attempts, dropped (queue full), dead-lettered, "
+                                         "dead-letter write errors", labels=["event"])
+        for name in WEBHOOK_COUNTERS:
+            deliveries.add_metric([name], stats.get(name, 0))
+        queue = GaugeMetricFamily("omni_webhook_queue_depth", "deliveries waiting (retries included)")
+        queue.add_metric([], stats.get("queue_depth", 0))
+        in_flight = GaugeMetricFamily("omni_webhook_in_flight", "delivery attempts under way")
+        in_flight.add_metric([], stats.get("in_flight", 0))
+        return deliveries, queue, in_flight

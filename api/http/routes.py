@@ -33,11 +33,14 @@ from api.http.transport import check_content_headers, decompress, read_body
 from omni.contract.avrik import AVRIK_CLIENT_AGENT, avrik_audit
 from omni.contract.errors import DeadlineExceeded, NotReady
 from omni.contract.json_values import JSONObject
+from omni.contract.outcomes import with_outcome
+from omni.contract.policy import Policy, PolicySource
 from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 from omni.serve.surface import ServingEngine
 
 if TYPE_CHECKING:
+    from api.http.webhooks import WebhookSender
     from omni.learn.review_queue import ReviewQueues
     from omni.serve.decision_log import DecisionLog
 
@@ -58,6 +61,25 @@ class ServiceState:
     review: ReviewQueues | None = None   # the review queues with --review-dir, else None
     decision_log: DecisionLog | None = None   # with --decision-log: every decision appended (off the response path)
     reports: dict = dataclasses.field(default_factory=dict)   # report id -> eval report directory
+    policy: PolicySource | None = None   # with --policy: answers -> act / review / pass (swapped whole on reload)
+    webhooks: WebhookSender | None = None   # with --webhook: decisions whose outcome is named are POSTed, signed
+
+    def current_policy(self) -> Policy | None:
+        """The policy a decision is taken under: read once per decision, so it sees one policy whole."""
+        return self.policy.current if self.policy is not None else None
+
+    def reload_policy(self) -> Policy | None:
+        """Read the policy file again (SIGHUP, the admin route); PolicyError keeps the current one. None: no policy."""
+        if self.policy is None:
+            return None
+        try:
+            policy = self.policy.reload()
+        except Exception:
+            self.metrics.set_policy(None, reloaded=False)
+            raise
+        self.metrics.set_policy(policy, reloaded=True)
+        log.info("policy reloaded: version %r, sha256 %s", policy.version, policy.sha256)
+        return policy
 
     def begin_drain(self) -> None:
         if self.drain_started is None:
@@ -119,23 +141,47 @@ async def systemone(request: Request) -> Response:
 
 
 def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTask | None:
-    """A served decision goes to the decision log (queued: the writer thread does the I/O) and, with a review
-    directory, is kept for review after its answer was sent (the returned task); both with its audit record."""
+    """A served decision goes to the decision log (queued: the writer thread does the I/O), to the webhook when its
+    outcome is one it is sent for (queued too), and, with a review directory, is kept for review after its answer
+    was sent (the returned task); all with its audit record. Under a policy only the decisions whose outcome is
+    `review` are kept, in a queue of their own with the reasons; without one, every decision is."""
     svc, decision_request = service(request), request.state.decision_request
     audit = decision.audit.to_wire() if decision.audit is not None else None
     if svc.decision_log is not None and audit is not None and decision.audit is not None:
         svc.decision_log.append(decision_request, wire, audit, request_id=decision_request.request_id,
                                 decided_at=decision.audit.decided_at)     # a full queue is counted, never waited on
-    if svc.review is None:
+    outcome = decision.outcome
+    if svc.webhooks is not None and outcome is not None and outcome.overall in svc.settings.webhook_on:
+        svc.webhooks.offer(webhook_payload(decision, wire, audit, decision_request.request_id),
+                           decision_request.request_id or "")               # a full queue is counted, never waited on
+    if svc.review is None or (outcome is not None and outcome.overall != "review"):
         return None
-    return BackgroundTask(_keep, svc.review, decision_request, wire, audit)
+    route = {"queue": "policy", "reasons": outcome.review_reasons(), **wire_outcome(wire)} if outcome else None
+    return BackgroundTask(_keep, svc.review, decision_request, wire, audit, route)
+
+
+def webhook_payload(decision: Decision, wire: JSONObject, audit: JSONObject | None,
+                    request_id: str | None) -> JSONObject:
+    """What a webhook receiver gets for one decision."""
+    outcome = wire.get("x_outcome")
+    payload: JSONObject = {"request_id": request_id,
+                           "decided_at": decision.audit.decided_at if decision.audit is not None else None,
+                           "outcome": outcome.get("overall") if isinstance(outcome, dict) else None,
+                           "model": wire.get("model"), "answers": wire.get("answers"), "x_outcome": outcome}
+    if audit is not None:
+        payload["audit"] = audit
+    return payload
+
+
+def wire_outcome(wire: JSONObject) -> JSONObject:
+    return {"x_outcome": wire["x_outcome"]} if "x_outcome" in wire else {}
 
 
 def _keep(review: ReviewQueues, decision_request: DecisionRequest, wire: JSONObject,
-          audit: JSONObject | None) -> None:
+          audit: JSONObject | None, route: JSONObject | None = None) -> None:
     """Keep a served decision for review (after its answer was sent); a failure here never reaches the caller."""
     try:
-        review.review_dir.keep_decision(decision_request, wire, audit)
+        review.review_dir.keep_decision(decision_request, wire, audit, route)
     except Exception:   # a full disk, a vanished directory: the service goes on, the operator reads why
         log.warning("request %s: could not keep the decision for review", decision_request.request_id, exc_info=True)
 
@@ -178,7 +224,11 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
         raise DeadlineExceeded(f"no answer within {svc.settings.engine.request_timeout_s:g} s") from None
     finally:
         svc.metrics.inflight.dec()
+    policy = svc.current_policy()
+    decision = with_outcome(decision, decision_request, policy)
     svc.metrics.observe_decision(decision)
+    if decision.outcome is not None and policy is not None:
+        svc.metrics.observe_outcome(decision.outcome, policy)
     timings = {"parse": parse_s * 1000, **decision.timings_ms, "total": (time.monotonic() - arrived) * 1000}
     entries = [f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items()]
     # a cache hit skips stages: media (sniff, decode, encode) or the prefix's prefill

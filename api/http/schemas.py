@@ -125,6 +125,9 @@ class SystemOneResponse(BaseModel):
         None, description="state tokens cut to fit the context (estimated when the state is far longer than fits)")
     x_truncated_state_chars: int | None = Field(None, description="state characters cut to fit the context (exact)")
     x_usage: dict[str, int] | None = Field(None, description="input tokens by modality")
+    x_outcome: dict[str, Any] | None = Field(
+        None, description="under the server's --policy: {overall: act|review|pass, questions: {id: {outcome, answer, "
+                          "confidence, auto_at}}, policy: {version, sha256}}")
     x_audit: dict[str, Any] | None = Field(
         None, description="the audit record (format omni-audit/1), when asked for: model and calibration sha256, the "
                           "prompt's input-ids sha256 and tokens, each medium's sha256 and what was used of it, "
@@ -225,7 +228,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 # ------------------------------------------------------------------------------------------------ review
 class ReviewQueue(BaseModel):
     id: str
-    kind: Literal["batch", "kept"]
+    kind: Literal["batch", "kept", "policy"]
     name: str
     items: int
     reviewed: int = Field(description="items with at least one label")
@@ -271,6 +274,10 @@ class ReviewItem(BaseModel):
     confidence: float
     labels: dict[str, str]
     media: list[ReviewMedia]
+    reasons: list[dict[str, Any]] | None = Field(
+        None, description="in the policy's queue: why the decision is under review (question, answer, confidence, "
+                          "auto_at)")
+    x_outcome: dict[str, Any] | None = Field(None, description="in the policy's queue: the decision's outcome")
 
 
 class ReviewLabels(BaseModel):

@@ -50,6 +50,16 @@ class Settings:
     decision_log_media: str = "store"        # store: each media content kept once, by sha256; hash-only: hashes only
     decision_log_segment_mb: float = 64.0    # a segment rotates before it passes this
     retain_days: float | None = None         # segments older than this, and media no kept record names, are pruned
+    # policies (docs/policies.md): answers -> act / review / pass, and who hears of them
+    policy: str | None = None                # a policy TOML file; None = no outcomes. Reloaded on SIGHUP or the route
+    webhook: str | None = None               # POST each decision whose outcome is in webhook_on to this URL
+    webhook_secret: str | None = field(default=None, repr=False)   # HMAC-SHA256 key of X-Omni-Signature
+    webhook_on: tuple[str, ...] = ("act", "review")   # the overall outcomes that are sent
+    webhook_tries: int = 6                   # attempts per decision before it goes to the dead-letter file
+    webhook_timeout_s: float = 10.0          # per attempt
+    webhook_queue: int = 1000                # deliveries waiting; past it a delivery is dropped (and counted)
+    webhook_dead_letter: str | None = None   # undeliverable decisions, one JSON line each; None = <cache_dir>/webhooks
+    webhook_check: bool = True               # at start, the receiver's host and port must accept a connection
     # Ray Serve (`omni serve --ray`, api/cluster/): the same app in front, one engine per replica behind it
     ray: bool = False                        # serve on a Ray cluster (the [cluster] extra)
     ray_address: str | None = None           # an existing cluster ("auto", "ray://head:10001"); None = start one here
@@ -102,6 +112,8 @@ class Settings:
             key = name[len(ENV_PREFIX):].lower()
             if key == "api_keys_file":
                 values["api_keys"] = (_read_keys_file(raw, name), name)
+            elif key == "webhook_secret_file":
+                values["webhook_secret"] = (_read_secret_file(raw, name), name)
             elif key in known:
                 values[key] = (raw, name)
             else:
@@ -116,6 +128,8 @@ class Settings:
         for key, value in vars(args).items():
             if key == "api_keys_file" and value is not None:
                 given["api_keys"] = _coerce(_read_keys_file(value, "--api-keys-file"), known["api_keys"], "--api-keys-file")
+            elif key == "webhook_secret_file" and value is not None:
+                given["webhook_secret"] = _read_secret_file(value, "--webhook-secret-file")
             elif key in known and value is not None:
                 flag = "--" + key.replace("_", "-")
                 given[key] = _coerce(value, known[key], flag) if isinstance(value, str) else value
@@ -238,6 +252,7 @@ def _check(s: Settings) -> None:
         raise SettingsError("api_keys must not contain empty keys")
     _check_review(s)
     _check_decision_log(s)
+    _check_policy(s)
     _check_cluster(s)
 
 
@@ -259,6 +274,37 @@ def _check_decision_log(s: Settings) -> None:
         raise SettingsError(f"retain_days must be > 0, got {s.retain_days}")
     if s.decision_log is not None and Path(s.decision_log).exists() and not Path(s.decision_log).is_dir():
         raise SettingsError(f"decision_log {s.decision_log!r} is not a directory")
+
+
+def _read_secret_file(path: str, source: str) -> str:
+    """A secret kept in a file (a Docker or Kubernetes secret): its first line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"{source}: cannot read {path!r}: {exc.strerror}") from None
+    return lines[0].strip() if lines else ""
+
+
+WEBHOOK_OUTCOMES = ("act", "review", "pass")
+MIN_WEBHOOK_SECRET_CHARS = 16
+
+
+def _check_policy(s: Settings) -> None:
+    """The policy file is read (and checked) when the app is built; here only what the flags say together."""
+    if s.webhook is None:
+        return
+    if not s.webhook.startswith(("http://", "https://")):
+        raise SettingsError(f"webhook must be an http:// or https:// URL, got {s.webhook!r}")
+    if s.policy is None:
+        raise SettingsError("webhook needs policy: decisions are sent by their outcome (--policy FILE)")
+    if not s.webhook_secret or len(s.webhook_secret) < MIN_WEBHOOK_SECRET_CHARS:
+        raise SettingsError(f"webhook needs webhook_secret of at least {MIN_WEBHOOK_SECRET_CHARS} characters "
+                            "(--webhook-secret, OMNI_WEBHOOK_SECRET or --webhook-secret-file)")
+    if not s.webhook_on or set(s.webhook_on) - set(WEBHOOK_OUTCOMES):
+        raise SettingsError(f"webhook_on must name outcomes among {', '.join(WEBHOOK_OUTCOMES)}, got "
+                            f"{','.join(s.webhook_on)!r}")
+    if s.webhook_tries < 1 or s.webhook_queue < 1 or not s.webhook_timeout_s > 0:
+        raise SettingsError("webhook_tries and webhook_queue must be >= 1 and webhook_timeout_s > 0")
 
 
 def _check_review(s: Settings) -> None:

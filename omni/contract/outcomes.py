@@ -8,15 +8,18 @@ confidence is below the bar, else `act` when the answer is in `act_on`, else `pa
 it (another type, an answer the rule's options lack) is sent to review with the reason, never refused: the policy is
 the server's, the request is valid. Overall: `act` if any question acts, else `review` if any is under review, else
 `pass`; questions the policy does not name (and no `[default]`) get no outcome.
-Knows nothing of HTTP, torch, the model or files.
+`with_outcome` puts it on a Decision (and the policy's sha256 in its audit record); `final_outcome` is a reviewed
+decision's outcome once a reviewer labelled it. Knows nothing of HTTP, torch, the model or files.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from omni.contract.json_values import JSONObject
 from omni.contract.policy import Answer, Policy, QuestionPolicy, answer_key
+from omni.contract.types import Decision, DecisionRequest
 
 OUTCOMES = ("act", "review", "pass")
 MODALITY_OF_SLOT = {"images": "image", "audio": "audio", "videos": "video"}
@@ -59,6 +62,34 @@ class Outcome:
 def modalities_of_slots(slots: Iterable[str]) -> frozenset[str]:
     """The media a request carries (image, audio, video) from its items' slots."""
     return frozenset(MODALITY_OF_SLOT[slot] for slot in slots if slot in MODALITY_OF_SLOT)
+
+
+def with_outcome(decision: Decision, request: DecisionRequest, policy: Policy | None) -> Decision:
+    """The decision with its outcome under `policy` (None: as it is), and its audit record naming the policy."""
+    if policy is None:
+        return decision
+    outcome = decide_outcome(policy, decision.answers, modalities_of_slots(item.slot for item in request.media))
+    audit = dataclasses.replace(decision.audit, policy_sha256=policy.sha256) if decision.audit is not None else None
+    return dataclasses.replace(decision, outcome=outcome, audit=audit)
+
+
+def final_outcome(policy: Policy, automatic: JSONObject, labels: Mapping[str, bool | int | str]) -> JSONObject:
+    """A reviewed decision's final outcome: `automatic` (its `x_outcome`) with each labelled question's outcome
+    taken from the reviewer's label (act when the label is in the rule's act_on, else pass); questions left
+    unlabelled keep theirs. Overall by the same rule. Names the policy whose act_on was applied."""
+    questions: dict[str, JSONObject] = {}
+    automatic_questions = automatic.get("questions")
+    for qid, before in (automatic_questions.items() if isinstance(automatic_questions, dict) else ()):
+        rule = policy.rule_for(qid)
+        if qid in labels and rule is not None:
+            label = labels[qid]
+            acts = any(answer_key(value) == answer_key(label) and type(value) is type(label) for value in rule.act_on)
+            questions[qid] = {"outcome": "act" if acts else "pass", "answer": label, "by": "reviewer"}
+        elif isinstance(before, dict):
+            questions[qid] = {"outcome": before.get("outcome"), "answer": before.get("answer"), "by": "model"}
+    kinds = {q["outcome"] for q in questions.values()}
+    overall = "act" if "act" in kinds else "review" if "review" in kinds else "pass"
+    return {"overall": overall, "questions": questions, "policy": {"version": policy.version, "sha256": policy.sha256}}
 
 
 def decide_outcome(policy: Policy, answers: Mapping[str, JSONObject], modalities: frozenset[str] = frozenset(),

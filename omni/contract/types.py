@@ -7,11 +7,14 @@ errors carry it and `preprocess` may not import `omni`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from omni.contract.audit import AuditRecord
 from omni.contract.json_values import JSONObject, JSONValue
 from preprocess.item import MediaItem
+
+if TYPE_CHECKING:                            # outcomes.py builds on these types; the field only names its class
+    from omni.contract.outcomes import Outcome
 
 QuestionType = Literal["noul", "choice", "score"]
 QUESTION_TYPES: tuple[str, ...] = ("noul", "choice", "score")
@@ -103,6 +106,7 @@ class Decision:
     cache: dict[str, str] = field(default_factory=dict)    # media / prefix: hit, partial or miss (absent: off)
     audit: AuditRecord | None = None         # when the request asked for it or the engine keeps one for every decision
     audit_shown: bool = False                # the response carries it (`x_audit`)
+    outcome: Outcome | None = None           # act / review / pass under the server's policy (`x_outcome`)
 
     def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
@@ -116,6 +120,8 @@ class Decision:
             body["x_truncated_state_chars"] = self.truncated_state_chars
         if self.tokens_by_modality:
             body["x_usage"] = dict(self.tokens_by_modality)
+        if self.outcome is not None:
+            body["x_outcome"] = self.outcome.to_wire()
         if self.audit is not None and self.audit_shown:
             body["x_audit"] = self.audit.to_wire()
         return body

@@ -7,7 +7,9 @@ A review directory holds
   change, so a review in progress survives a crash or a restart;
 - `media/`: the media those lines name, content-addressed (`<sha256>.<container>`), paths relative to the directory;
 - `decisions.jsonl`: decisions a server keeps for review (`omni serve --review-dir`): the request in the same form,
-  the System One response and the decision's audit record (`omni.contract.audit`), one per line, appended.
+  the System One response and the decision's audit record (`omni.contract.audit`), one per line, appended; a
+  decision a policy sent to review also carries `x_route` (its queue, the reasons: which question, its confidence
+  and bar, and its `x_outcome`), and its labels line records the final outcome once a reviewer labels it.
 Knows nothing of HTTP, the engine or the model: it sees parsed requests, response JSON and files.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from omni.contract.json_values import JSONObject, JSONValue
@@ -105,9 +108,12 @@ class ReviewDir:
             return {key: len(line["labels"]) for key, line in self._lines.items()}
 
     def save_labels(self, key: str, source: str, request: DecisionRequest, answers: dict[str, JSONObject],
-                    changes: dict[str, str | None]) -> dict[str, str]:
+                    changes: dict[str, str | None],
+                    finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None = None,
+                    ) -> dict[str, str]:
         """Set (label id) or clear (None) labels of the item `key`; the dataset line is rewritten at once.
-        Returns the item's labels. ValueError for an unknown question or answer."""
+        `finalize(labels)` gives the decision's final outcome under its policy, recorded with the labels
+        (`x_review.final_outcome`). Returns the item's labels. ValueError for an unknown question or answer."""
         questions = {q.id: q for q in request.questions}
         values: dict[str, bool | int | str | None] = {}
         for qid, label in changes.items():
@@ -122,7 +128,8 @@ class ReviewDir:
             line.update(labels=labels, x_review={
                 "key": key, "source": source, "model": model, "reviewed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                           time.gmtime()),
-                "corrected": sorted(q for q, v in labels.items() if label_id(v) != model.get(q))})
+                "corrected": sorted(q for q, v in labels.items() if label_id(v) != model.get(q)),
+                **({"final_outcome": final} if finalize is not None and (final := finalize(labels)) else {})})
             if labels:
                 self._lines[key] = line
             else:
@@ -141,11 +148,14 @@ class ReviewDir:
             _atomic_write(path, item.data)
         return name
 
-    def keep_decision(self, request: DecisionRequest, response: JSONObject, audit: JSONObject | None = None) -> str:
-        """Append a served decision (its media stored under media/) with its audit record; its key."""
+    def keep_decision(self, request: DecisionRequest, response: JSONObject, audit: JSONObject | None = None,
+                      route: JSONObject | None = None) -> str:
+        """Append a served decision (its media stored under media/) with its audit record and, when a policy sent
+        it to review, its route (`x_route`: queue, reasons); its key."""
         key = f"d-{uuid.uuid4().hex[:16]}"
         body = render_request(request, [self.store_media(item) for item in request.media])
-        kept = {"key": key, "request": body, "response": response, **({"audit": audit} if audit is not None else {})}
+        kept = {"key": key, "request": body, "response": response, **({"audit": audit} if audit is not None else {}),
+                **({"x_route": route} if route is not None else {})}
         line = json.dumps(kept, ensure_ascii=False)
         with self._lock, open(self.decisions_file, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")

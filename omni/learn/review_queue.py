@@ -1,7 +1,9 @@
 """Review queues: decisions to look at again, most uncertain first, and the labels a reviewer gives them.
 
 A queue is a source of decided requests: a batch output (`omni batch … --out OUT.jsonl`: each answered line, its
-request read from the batch's input file) or the decisions a server kept in its review directory. Items are ordered
+request read from the batch's input file), the decisions a server kept in its review directory, or (under a policy)
+the decisions the policy sent to review, each with its reasons; a reviewer's labels there give the decision its final
+outcome, recorded with the labels. Items are ordered
 by uncertainty: the lowest confidence first (an item's confidence is its least confident question's top
 probability), or nearest to an auto-decision threshold first. Labels go to the one review directory (`ReviewDir`),
 keyed by the item, so they are found again after a restart, and an item already labelled can be shown as done.
@@ -13,13 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from omni.contract.batch_file import read_batch_output
 from omni.contract.config import EngineConfig
 from omni.contract.json_values import JSONObject, JSONValue
+from omni.contract.outcomes import final_outcome
+from omni.contract.policy import Policy
 from omni.contract.render import render_question
 from omni.contract.types import DecisionRequest
 from omni.learn.dataset import parse_request_line
@@ -41,6 +45,7 @@ class Decided:
     body: JSONObject
     root: Path
     answers: dict[str, JSONObject]
+    route: JSONObject | None = None          # a policy's routing: queue, reasons, x_outcome
 
     @property
     def confidence(self) -> float:
@@ -83,20 +88,40 @@ class KeptSource:
 
     def records(self) -> list[Decided]:
         return [Decided(r["key"], r["request"], self.review_dir.root, r["response"].get("answers", {}))
-                for r in self.review_dir.decisions()]
+                for r in self.review_dir.decisions() if "x_route" not in r]
 
 
-ReviewSource = BatchSource | KeptSource
+class RoutedSource:
+    """The decisions a policy sent to review (kept with their reasons)."""
+
+    kind = "policy"
+    id = "policy"
+    name = "to review (policy)"
+
+    def __init__(self, review_dir: ReviewDir) -> None:
+        self.review_dir = review_dir
+
+    def records(self) -> list[Decided]:
+        return [Decided(r["key"], r["request"], self.review_dir.root, r["response"].get("answers", {}), r["x_route"])
+                for r in self.review_dir.decisions() if isinstance(r.get("x_route"), dict)]
+
+
+ReviewSource = BatchSource | KeptSource | RoutedSource
 
 
 class ReviewQueues:
     """The queues a server offers and the review directory their labels go to."""
 
     def __init__(self, review_dir: ReviewDir, batch_outputs: Sequence[str | Path] = (),
-                 config: EngineConfig | None = None, keep_decisions: bool = True) -> None:
+                 config: EngineConfig | None = None, keep_decisions: bool = True,
+                 policy: Callable[[], Policy | None] | None = None) -> None:
+        """`policy` (the policy in force, read at each label) adds the queue of decisions it sent to review."""
         self.review_dir = review_dir
         self.config = config or EngineConfig()
+        self.policy = policy
         sources: list[ReviewSource] = [BatchSource(p) for p in batch_outputs]
+        if policy is not None:
+            sources.append(RoutedSource(review_dir))
         if keep_decisions:
             sources.append(KeptSource(review_dir))
         self.sources = {s.id: s for s in sources}
@@ -133,7 +158,9 @@ class ReviewQueues:
         media = [{"index": i, "slot": m.slot, "kind": m.kind, "type": BROWSER_TYPES.get(sniff(m).container)}
                  for i, m in enumerate(request.media)]
         return {"key": key, "state": request.state, "questions": questions, "answers": record.answers,
-                "confidence": record.confidence, "labels": self.review_dir.labels(key), "media": media}
+                "confidence": record.confidence, "labels": self.review_dir.labels(key), "media": media,
+                **({"reasons": record.route.get("reasons", []), "x_outcome": record.route.get("x_outcome")}
+                   if record.route is not None else {})}
 
     def media(self, queue_id: str, key: str, index: int) -> tuple[bytes, str]:
         """The bytes of an item's media item and the type a browser plays it as."""
@@ -148,7 +175,14 @@ class ReviewQueues:
     def label(self, queue_id: str, key: str, changes: dict[str, str | None]) -> dict[str, str]:
         """Save a reviewer's labels (None clears one); the item's labels after the change."""
         record, request = self._decided(queue_id, key)
-        return self.review_dir.save_labels(key, self._source(queue_id).name, request, record.answers, changes)
+        automatic = record.route.get("x_outcome") if record.route is not None else None
+        policy = self.policy() if self.policy is not None else None
+        finalize = None
+        if isinstance(automatic, dict) and policy is not None:
+            def finalize(labels: dict[str, bool | int | str]) -> JSONObject:
+                return final_outcome(policy, automatic, labels)
+        return self.review_dir.save_labels(key, self._source(queue_id).name, request, record.answers, changes,
+                                           finalize)
 
     def _source(self, queue_id: str) -> ReviewSource:
         if queue_id not in self.sources:

@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 from omni.contract.batch_file import read_batch_output
 from omni.contract.errors import NotReady, Overloaded
+from omni.contract.outcomes import with_outcome
+from omni.contract.policy import Policy
 from omni.contract.types import DecisionRequest
 from omni.serve.engine import DecisionEngine
 
@@ -71,15 +73,18 @@ class EngineBackend:
     micro-batcher). A full queue (Overloaded) or a stopping engine is retried `retries` times after its wait."""
 
     def __init__(self, engine: DecisionEngine, parse: Callable[[bytes], DecisionRequest], deadline_s: float | None = None,
-                 retries: int = 5, max_wait_s: float = 30.0, sleep: Callable[[float], None] = time.sleep):
+                 retries: int = 5, max_wait_s: float = 30.0, sleep: Callable[[float], None] = time.sleep,
+                 policy: Policy | None = None):
         self.engine, self.parse, self.deadline_s = engine, parse, deadline_s
         self.retries, self.max_wait_s, self.sleep = retries, max_wait_s, sleep
+        self.policy = policy              # each response gets its x_outcome under it
 
     def answer(self, text: bytes, request_id: str) -> dict:
         request = dataclasses.replace(self.parse(text), request_id=request_id)
         for attempt in range(self.retries + 1):
             try:
-                return self.engine.submit(request, deadline_s=self.deadline_s).result().to_wire()
+                decision = self.engine.submit(request, deadline_s=self.deadline_s).result()
+                return with_outcome(decision, request, self.policy).to_wire()
             except (Overloaded, NotReady) as exc:
                 if attempt == self.retries:
                     raise

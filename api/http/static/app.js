@@ -419,11 +419,14 @@ const review = {
       }).catch((e) => holder.append(el("p", { class: "error", text: e.message })));
     }
     const state = typeof item.state === "string" ? item.state : JSON.stringify(item.state, null, 2);
-    $("#item").replaceChildren(
+    $("#item").replaceChildren(...[   // replaceChildren writes a null as the text "null": left out
       el("h2", { class: "panel-title", text: `Item ${item.key} · confidence ${pct(item.confidence)}` }),
+      item.reasons && item.reasons.length ? el("p", { class: "reasons", "data-reasons": "" },
+        `Sent to review by the policy: ${item.reasons.map((r) => r.reason ? `${r.question} (${r.reason})`
+          : `${r.question}: confidence ${pct(r.confidence)} below ${pct(r.auto_at)}`).join("; ")}`) : null,
       item.media.length ? media : null,
       el("div", { class: "state", text: state }),
-      ...item.questions.map((q, qi) => this.questionBlock(q, qi)));
+      ...item.questions.map((q, qi) => this.questionBlock(q, qi))].filter((child) => child !== null));
     this.highlight();
   },
 

@@ -1,0 +1,41 @@
+"""Admin routes: the policy in force (`GET /v1/admin/policy`) and its reload without a restart
+(`POST /v1/admin/policy/reload`, the same as sending the process SIGHUP). Behind the API keys like every route that
+carries data. A policy file that no longer reads is a 422 naming the key and line, and the current policy stays.
+Knows nothing of the model, the engine's internals or the environment.
+"""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse
+
+from api.http.routes import require_api_key, service
+from omni.contract.policy import Policy
+
+NO_POLICY = "this server runs without a policy (start it with --policy FILE)"
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_api_key)])
+
+
+def describe(policy: Policy, reloads: int) -> dict:
+    return {"version": policy.version, "sha256": policy.sha256, "source": policy.source, "reloads": reloads,
+            "questions": {qid: {"type": rule.type, "auto_at": rule.auto_at, "act_on": list(rule.act_on),
+                                "auto_at_for": rule.auto_at_for, "auto_at_with": rule.auto_at_with}
+                          for qid, rule in policy.questions.items()},
+            "default": ({"auto_at": policy.default.auto_at, "auto_at_with": policy.default.auto_at_with}
+                        if policy.default is not None else None)}
+
+
+@router.get("/policy", summary="The policy in force: version, sha256 and its rules")
+async def policy_in_force(request: Request) -> JSONResponse:
+    svc = service(request)
+    if svc.policy is None:
+        raise HTTPException(404, NO_POLICY)
+    return JSONResponse(describe(svc.policy.current, svc.policy.reloads))
+
+
+@router.post("/policy/reload", summary="Read the policy file again, atomically (as SIGHUP does)")
+async def reload_policy(request: Request) -> JSONResponse:
+    svc = service(request)
+    policy = svc.reload_policy()
+    if policy is None or svc.policy is None:
+        raise HTTPException(404, NO_POLICY)
+    return JSONResponse(describe(policy, svc.policy.reloads))
