@@ -4,6 +4,7 @@
     routes.py      /v1/systemone and the shared `decide` path, /v1/models, /health, /ready, /metrics
     cloudflare.py  POST /accounts/{id}/ai/run/@cf/cloudflare/{model}: the same decision in Cloudflare's envelope
     review.py      /v1/review/...: review queues, their items and media, labels, eval reports
+    admin.py       /v1/admin/policy: the policy in force and its reload (as SIGHUP)
     ui.py          the workbench page at /ui (its files are in static/: index.html, app.js, app.css, icon.svg)
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
