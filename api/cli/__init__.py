@@ -9,6 +9,7 @@
     learn.py   `omni eval`, `omni calibrate`, `omni finetune`
     replay.py  `omni replay LOG|RECORD`: logged decisions re-run and compared (exit 1 when one is not reproduced)
     export.py  `omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a log
+    policy.py  `omni policy fit DATA --target-precision P --out POLICY.toml` (thresholds from labels), `check FILE`
     report.py  `omni report drift LOG --window 1h`: answer/confidence/outcome drift between windows (PSI), PNG
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.

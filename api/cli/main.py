@@ -16,7 +16,7 @@ from preprocess.errors import MediaError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import batch, decide, export, learn, replay, report
+    from api.cli import batch, decide, export, learn, policy, replay, report
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
          export.run_export),
         ("replay", "re-run logged decisions (a decision log, a segment or SEGMENT.jsonl:LINE) and compare them",
          replay.add_replay_arguments, replay.run_replay),
+        ("policy", "decision policies: fit thresholds from labelled data at a target precision, check a file",
+         policy.add_policy_arguments, policy.run_policy),
         ("report", "reports on a decision log: drift of answers and outcomes between time windows (PSI)",
          report.add_report_arguments, report.run_report),
     ]
