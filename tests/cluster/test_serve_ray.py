@@ -13,6 +13,7 @@ import asyncio
 import base64
 import gzip
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -41,11 +42,21 @@ def settings_for(tiny_dir, port: int, **more) -> Settings:
                                    "torch_threads": 1, "max_batch_records": 4, "replica_load_retries": 1, **more})
 
 
+POLICY = 'version = "ray-1"\n[default]\nauto_at = 0.9\n[questions.visible]\nauto_at = 0.5\nact_on = [false]\n'
+
+
 @pytest.fixture(scope="module")
-def cluster(ray_instance, tiny_dir):
+def policy_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "policy.toml"
+    path.write_text(POLICY, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_instance, tiny_dir, policy_file):
     from api.cluster.launch import deploy
 
-    settings = settings_for(tiny_dir, ray_instance)
+    settings = settings_for(tiny_dir, ray_instance, policy=str(policy_file))
     deploy(settings)
     with httpx.Client(base_url=f"http://127.0.0.1:{ray_instance}", headers=AUTH, timeout=120) as client:
         deadline = time.monotonic() + 120
@@ -56,9 +67,10 @@ def cluster(ray_instance, tiny_dir):
 
 
 @pytest.fixture(scope="module")
-def local(tiny_dir):
+def local(tiny_dir, policy_file):
     """`omni serve`'s app in-process around a local engine on the same checkpoint: the reference."""
-    settings = Settings().with_values({"model": str(tiny_dir), "api_keys": (KEY,), "max_batch_records": 4})
+    settings = Settings().with_values({"model": str(tiny_dir), "api_keys": (KEY,), "max_batch_records": 4,
+                                       "policy": str(policy_file)})
     with TestClient(create_app(settings), headers=AUTH) as client:
         wait_ready(client, seconds=120)
         yield client
@@ -75,6 +87,7 @@ def test_the_inspection_request_gets_the_answers_headers_and_errors_of_omni_serv
     assert ours.status_code == theirs.status_code == 200, ours.text
     assert ours.json() == theirs.json()
     assert ours.json()["usage"]["input_tokens"] == 991
+    assert ours.json()["x_outcome"]["policy"]["version"] == "ray-1"          # the gateway applies the policy
     timing = ours.headers["server-timing"]
     for stage in ("parse;dur=", "decode;dur=", "forward;dur=", "total;dur=", 'media-cache;desc="', 'prefix-cache;desc="'):
         assert stage in timing
@@ -96,6 +109,18 @@ def test_the_inspection_request_gets_the_answers_headers_and_errors_of_omni_serv
     cloudflare = client.post("/accounts/any/ai/run/@cf/cloudflare/clef-omni", files=inspection_files())
     assert cloudflare.status_code == 200 and cloudflare.json()["result"] == local.post(
         "/v1/systemone", files=inspection_files()).json()
+
+
+def test_the_policy_reloads_through_the_gateways_admin_route(cluster, policy_file):
+    client, _ = cluster
+    policy_file.write_text(POLICY.replace("ray-1", "ray-2"), encoding="utf-8")
+    try:
+        assert client.post("/v1/admin/policy/reload").json()["version"] == "ray-2"
+        answer = client.post("/v1/systemone", json={"state": "x", "questions": QUESTIONS}).json()
+        assert answer["x_outcome"]["policy"]["version"] == "ray-2"
+    finally:
+        policy_file.write_text(POLICY, encoding="utf-8")
+        assert client.post("/v1/admin/policy/reload").json()["version"] == "ray-1"
 
 
 def test_the_same_auth_rules(cluster):
