@@ -4,10 +4,10 @@ A question's answer and confidence come from its System One answer, as the calle
 confidence `max(p, 1 - p)`; choice -> its `choice` and `confidence`; score -> its most probable level (the first, on a
 tie) and `confidence`. Its bar is the strictest that applies: `auto_at` (or `auto_at_for` the answer, which may be
 looser or stricter) raised by `auto_at_with` each medium the request carries. The outcome is `review` when the
-confidence is below the bar, else `act` when the answer is in `act_on`, else `pass`. A question whose rule cannot fit
-it (another type, an answer the rule's options lack) is sent to review with the reason, never refused: the policy is
-the server's, the request is valid. Overall: `act` if any question acts, else `review` if any is under review, else
-`pass`; questions the policy does not name (and no `[default]`) get no outcome.
+confidence is below the bar (or the bar is 1.0: everything to review), else `act` when the answer is in `act_on`, else
+`pass`. A question whose rule cannot fit it (another type, an answer the rule's options lack) is sent to review with
+the reason, never refused: the policy is the server's, the request is valid. Overall: `act` if any question acts, else
+`review` if any is under review, else `pass`; questions the policy does not name (and no `[default]`) get no outcome.
 `with_outcome` puts it on a Decision (and the policy's sha256 in its audit record); `final_outcome` is a reviewed
 decision's outcome once a reviewer labelled it. Knows nothing of HTTP, torch, the model or files.
 """
@@ -119,7 +119,7 @@ def question_outcome(rule: QuestionPolicy, answer: JSONObject, modalities: froze
                     f"{', '.join(_options_of(answer))}")
     if mismatch:
         return QuestionOutcome("review", chosen, confidence, bar, mismatch)
-    if confidence < bar:
+    if confidence < bar or bar >= 1.0:            # a bar of 1.0 sends every answer to review, even one at 1.0
         return QuestionOutcome("review", chosen, confidence, bar)
     acts = any(answer_key(value) == key and _same_kind(value, kind) for value in rule.act_on)
     return QuestionOutcome("act" if acts else "pass", chosen, confidence, bar)

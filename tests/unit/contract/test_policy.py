@@ -97,6 +97,12 @@ def test_overall_is_act_then_review_then_pass_and_unnamed_questions_get_none(pol
         "overall": "pass", "questions": {}, "policy": {"version": "inspection-2026-12", "sha256": policy.sha256}}
 
 
+def test_a_bar_of_one_sends_even_a_certain_answer_to_review():
+    policy = parse_policy(b'version = "v"\n[questions.q]\nauto_at = 1.0\nact_on = [true]\n')
+    assert decide_outcome(policy, {"q": noul(1.0)}).questions["q"].outcome == "review"
+    assert decide_outcome(policy, {"q": noul(0.0)}).overall == "review"
+
+
 def test_default_per_answer_and_per_medium_bars():
     policy = parse_policy(b'version = "v2"\n[default]\nauto_at = 0.8\nauto_at_with = {video = 0.9}\n'
                           b'[questions.next_step]\nauto_at = 0.9\nact_on = ["scrap"]\nauto_at_for = {scrap = 0.97, '
