@@ -224,6 +224,36 @@ def check_audit(tmp_path: Path) -> None:
     positive(summary, "record_ratio", "log_ratio_rps")
 
 
+def check_webhooks(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("webhooks.py").stdout)
+    assert one(lines, event="env")["smoke"] is True
+    modes = {mode: one(lines, event="mode", mode=mode) for mode in ("none", "fast", "slow")}
+    for mode, row in modes.items():
+        finite(row)
+        assert row["statuses"] == {"200": row["requests"]}                  # every request answered: no 5xx
+        assert row["warm_up_statuses"] == {"200": row["sent"] - row["requests"]}
+        positive(row, "p50_ms", "p99_ms", "throughput_rps", "server_mean_ms", "sent")
+        acts = row["metrics_end_of_load"]
+        assert sum(v for k, v in acts.items() if k.startswith("omni_outcomes_total") and 'question="_overall"' in k
+                   and 'outcome="act"' in k) == row["sent"]                 # every decision acts, so is sent
+        assert not any(k.startswith("omni_webhook_") for k in acts) if mode == "none" else \
+            acts['omni_webhook_events_total{event="dropped"}'] == 0
+    fast, slow = modes["fast"], modes["slow"]
+    assert fast["receiver"]["posts"] == fast["receiver"]["distinct_keys"] == fast["sent"]     # each exactly once
+    assert fast["receiver"]["signatures_valid"] == fast["sent"] and fast["receiver"]["key_mismatches"] == 0
+    assert fast["receiver"]["outcomes"] == {"act": fast["sent"]} and fast["dead_letters"]["lines"] == 0
+    assert fast["metrics_settled"]['omni_webhook_events_total{event="delivered"}'] == fast["sent"]
+    assert slow["metrics_end_of_load"]['omni_webhook_events_total{event="delivered"}'] == 0
+    assert slow["receiver"]["posts"] > 0 and slow["receiver"]["signatures_valid"] == slow["receiver"]["posts"]
+    assert slow["dead_letters"]["lines"] == slow["dead_letters"]["distinct_request_ids"] == slow["sent"]
+    assert set(slow["dead_letters"]["reasons"]) <= {"max_tries", "shutdown", "in_flight_at_shutdown"}
+    summary = one(lines, event="summary")
+    finite(summary)
+    assert all(summary["checks"].values()) and len(summary["checks"]) >= 10
+    positive(summary, "ratio_p50_fast_over_none", "ratio_p50_slow_over_none", "ratio_rps_fast_over_none",
+             "ratio_rps_slow_over_none", "ratio_server_mean_fast_over_none", "ratio_server_mean_slow_over_none")
+
+
 def check_preprocessing(tmp_path: Path) -> None:
     out = run_smoke("preprocessing.py").stdout
     lines = json_lines(out)
@@ -311,7 +341,8 @@ def check_run_sh(tmp_path: Path) -> None:
 CHECKS: dict[str, Callable[[Path], None]] = {
     "abuse.py": check_abuse, "audit.py": check_audit, "batch.py": check_batch, "cache.py": check_cache,
     "load.py": check_load, "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
-    "soak.py": check_soak, "device/realsize.py": check_realsize, "device/run.sh": check_run_sh,
+    "soak.py": check_soak, "webhooks.py": check_webhooks, "device/realsize.py": check_realsize,
+    "device/run.sh": check_run_sh,
 }
 
 
