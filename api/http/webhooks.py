@@ -1,7 +1,8 @@
 """api.http.webhooks: signed, retried webhook deliveries of decisions, off the response path.
 
 `WebhookSender.offer(payload, request_id)` serialises the payload once, puts it on a bounded queue and returns at once
-(False, counted as dropped, when the queue is full or the sender stopped). Worker threads POST it with
+(False, counted as dropped, when the sender stopped, or when the queue is full: then it goes straight to the
+dead-letter file, reason `queue_full`, not fsynced on the caller's thread). Worker threads POST it with
 `X-Omni-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "<t>." + body>` (signed afresh on every attempt) and
 `Idempotency-Key: <request id>` (the same on every attempt). Non-2xx, a refused or dropped connection and a timeout
 are retried with capped exponential backoff and full jitter (`Retry-After` on 429/503 honoured up to
@@ -210,12 +211,16 @@ class WebhookSender:
             log.exception("webhook payload of request %s is not JSON; dropped", request_id)
             body = b""
         with self._cond:
-            if not body or not self._accepting or len(self._heap) >= self.config.queue_size:
+            full = bool(body) and self._accepting and len(self._heap) >= self.config.queue_size
+            if not body or not self._accepting or full:
                 self._counts["dropped"] += 1
-                return False
-            heapq.heappush(self._heap, (time.monotonic(), next(self._seq), _Letter(request_id, body)))
-            self._cond.notify()
-        return True
+            else:
+                heapq.heappush(self._heap, (time.monotonic(), next(self._seq), _Letter(request_id, body)))
+                self._cond.notify()
+                return True
+        if full:        # never lost: into the dead-letter file at once (one write; no fsync on the caller's thread)
+            self._dead_letter(_Letter(request_id, body), "queue_full", sync=False)
+        return False
 
     def stats(self) -> dict[str, int]:
         """Counters for /metrics: delivered, retried (attempts after the first), failed_attempts, dropped,
@@ -312,8 +317,9 @@ class WebhookSender:
             raise WebhookError(f"--webhook-dead-letter {str(path)!r} cannot be opened for appending "
                                f"({e.strerror or e})") from None
 
-    def _dead_letter(self, letter: _Letter, reason: str) -> None:
-        """Append one line {request_id, reason, tries, last_error, dead_lettered_at, payload}: one write, fsynced."""
+    def _dead_letter(self, letter: _Letter, reason: str, sync: bool = True) -> None:
+        """Append one line {request_id, reason, tries, last_error, dead_lettered_at, payload}: one write, fsynced
+        (`sync` False: not fsynced, for a caller that must not wait on the disk)."""
         record = {"request_id": letter.request_id, "reason": reason, "tries": letter.tries,
                   "last_error": letter.last_error or None,
                   "dead_lettered_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
@@ -326,7 +332,8 @@ class WebhookSender:
                     view = memoryview(line)
                     while view:
                         view = view[os.write(fd, view):]
-                    os.fsync(fd)
+                    if sync:
+                        os.fsync(fd)
                 finally:
                     if fd != self._dead_fd:
                         os.close(fd)

@@ -218,7 +218,7 @@ def test_a_hanging_receiver_holds_one_worker_not_the_queue(receiver, make_sender
     assert receiver.accepted() == Counter(["slow", *(f"req-{i}" for i in range(1, 6))])
 
 
-def test_a_full_queue_drops_and_counts_without_blocking(receiver, make_sender):
+def test_a_full_queue_drops_and_counts_without_blocking_and_dead_letters_what_it_drops(receiver, make_sender):
     receiver.script = {"first": ["hang"]}
     sender = make_sender(receiver.url, timeout_s=30, workers=1, queue_size=2)
     assert sender.offer(payload(0), "first")
@@ -226,6 +226,8 @@ def test_a_full_queue_drops_and_counts_without_blocking(receiver, make_sender):
     assert sender.offer(payload(1), "a") and sender.offer(payload(2), "b")
     assert sender.offer(payload(3), "c") is False                 # returns at once although nothing moves
     assert (sender.stats()["dropped"], sender.stats()["queue_depth"]) == (1, 2)
+    [letter] = dead_letters(sender)                                # not lost: in the dead-letter file at once
+    assert (letter["request_id"], letter["reason"], letter["tries"]) == ("c", "queue_full", 0)
     receiver.release.set()
     wait_until(lambda: sender.stats()["delivered"] == 3)
     assert set(receiver.accepted()) == {"first", "a", "b"} and "c" not in receiver.tries()
