@@ -77,36 +77,25 @@ class BatchSource:
 
 
 class KeptSource:
-    """The decisions a server kept in the review directory."""
+    """The decisions a server kept in the review directory: those a policy sent to review (`routed`, kept with their
+    route: queue, reasons, outcome) or the others."""
 
-    kind = "kept"
-    id = "kept"
-    name = "kept decisions"
-
-    def __init__(self, review_dir: ReviewDir) -> None:
-        self.review_dir = review_dir
-
-    def records(self) -> list[Decided]:
-        return [Decided(r["key"], r["request"], self.review_dir.root, r["response"].get("answers", {}))
-                for r in self.review_dir.decisions() if "x_route" not in r]
-
-
-class RoutedSource:
-    """The decisions a policy sent to review (kept with their reasons)."""
-
-    kind = "policy"
-    id = "policy"
-    name = "to review (policy)"
-
-    def __init__(self, review_dir: ReviewDir) -> None:
-        self.review_dir = review_dir
+    def __init__(self, review_dir: ReviewDir, routed: bool = False) -> None:
+        self.review_dir, self.routed = review_dir, routed
+        self.kind = self.id = "policy" if routed else "kept"
+        self.name = "to review (policy)" if routed else "kept decisions"
 
     def records(self) -> list[Decided]:
-        return [Decided(r["key"], r["request"], self.review_dir.root, r["response"].get("answers", {}), r["x_route"])
-                for r in self.review_dir.decisions() if isinstance(r.get("x_route"), dict)]
+        decided = []
+        for r in self.review_dir.decisions():
+            route = r.get("x_route")
+            if isinstance(route, dict) is self.routed:
+                decided.append(Decided(r["key"], r["request"], self.review_dir.root, r["response"].get("answers", {}),
+                                       route if isinstance(route, dict) else None))
+        return decided
 
 
-ReviewSource = BatchSource | KeptSource | RoutedSource
+ReviewSource = BatchSource | KeptSource
 
 
 class ReviewQueues:
@@ -121,7 +110,7 @@ class ReviewQueues:
         self.policy = policy
         sources: list[ReviewSource] = [BatchSource(p) for p in batch_outputs]
         if policy is not None:
-            sources.append(RoutedSource(review_dir))
+            sources.append(KeptSource(review_dir, routed=True))
         if keep_decisions:
             sources.append(KeptSource(review_dir))
         self.sources = {s.id: s for s in sources}
