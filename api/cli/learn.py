@@ -31,7 +31,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _model(args: argparse.Namespace) -> ClefModel:
+def load_model(args: argparse.Namespace) -> ClefModel:
     """The loaded ClefModel for the flags (calibration is applied explicitly by the callers, never twice)."""
     import torch
 
@@ -39,16 +39,16 @@ def _model(args: argparse.Namespace) -> ClefModel:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    return ClefModel.from_config(_config(args))
+    return ClefModel.from_config(learn_config(args))
 
 
-def _config(args: argparse.Namespace) -> EngineConfig:
+def learn_config(args: argparse.Namespace) -> EngineConfig:
     from omni.contract.config import EngineConfig
 
     return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
 
 
-def _dataset_file(path: str) -> Path:
+def dataset_file(path: str) -> Path:
     """The dataset file a DATA argument names: the file itself, or a review directory's labels.jsonl."""
     from omni.learn.dataset import DatasetError
     from omni.learn.review import REVIEW_DATASET_FILE, dataset_path
@@ -61,13 +61,13 @@ def _dataset_file(path: str) -> Path:
     return file
 
 
-def _records(args: argparse.Namespace, path: str | None = None) -> list[LabelledRequest]:
+def labelled_records(args: argparse.Namespace, path: str | None = None) -> list[LabelledRequest]:
     from omni.learn.dataset import load_dataset
 
-    return load_dataset(_dataset_file(path or args.data), _config(args))
+    return load_dataset(dataset_file(path or args.data), learn_config(args))
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     print(message, file=sys.stderr)
 
 
@@ -86,20 +86,20 @@ def run_eval(args: argparse.Namespace) -> int:
     from omni.learn.evaluation import collect_logits, compute_metrics, write_report
     from omni.model.calibration import CalibrationError, load_calibration
 
-    records = _records(args)
-    model = _model(args)
+    records = labelled_records(args)
+    model = load_model(args)
     directory = model.source.directory
     calibration = load_calibration(directory) if args.calibration else None
     if args.calibration and calibration is None:
         raise CalibrationError(f"--calibration: {directory} has no calibration.json (fit one with `omni calibrate`)")
     scored = collect_logits(model, records, args.batch_size, not args.quiet, "evaluating",
-                            str(_dataset_file(args.data)))
+                            str(dataset_file(args.data)))
     result, groups, pooled = compute_metrics(scored, calibration, args.target_precision)
-    result["meta"] = {"model": str(directory), "dataset": str(_dataset_file(args.data)), "records": len(records),
+    result["meta"] = {"model": str(directory), "dataset": str(dataset_file(args.data)), "records": len(records),
                       "labelled questions": len(scored), "calibration": "on" if calibration else "off"}
     out = write_report(result, groups, pooled, scored, args.out, calibration, plots=not args.no_plots)
     print(format_summary(result))
-    _say(f"omni: wrote {out / 'metrics.json'}, {out / 'report.md'} and figures")
+    say(f"omni: wrote {out / 'metrics.json'}, {out / 'report.md'} and figures")
     return 0
 
 
@@ -130,9 +130,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from omni.learn.evaluation import collect_logits, compute_metrics
     from omni.model.calibration import checkpoint_fingerprint, fit_calibration, save_calibration
 
-    records = _records(args)
-    model = _model(args)
-    scored = collect_logits(model, records, args.batch_size, not args.quiet, "scoring", str(_dataset_file(args.data)))
+    records = labelled_records(args)
+    model = load_model(args)
+    scored = collect_logits(model, records, args.batch_size, not args.quiet, "scoring", str(dataset_file(args.data)))
     directory = model.source.directory
     calibration = fit_calibration(((s.question_type, s.logits, s.label, s.modality) for s in scored),
                                   checkpoint_fingerprint(directory), args.min_samples)
@@ -145,9 +145,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print(f"{'all':<{width}} NLL {before['nll']:.4f} → {after['nll']:.4f}, ECE ({metrics.ECE_BINS} bins) "
           f"{before['ece']:.4f} → {after['ece']:.4f}")
     if any(d.get("at_bound") for d in calibration.details.values()):
-        _say("omni: warning: a temperature sits at its search bound — the model separates these labels perfectly, "
+        say("omni: warning: a temperature sits at its search bound — the model separates these labels perfectly, "
              "so the fit cannot tell how sure it should be; calibrate on harder (or more) data")
-    _say(f"omni: wrote {path} (bound to this checkpoint; serving applies it only when calibration is switched on)")
+    say(f"omni: wrote {path} (bound to this checkpoint; serving applies it only when calibration is switched on)")
     return 0
 
 
@@ -210,17 +210,17 @@ def run_finetune(args: argparse.Namespace) -> int:
     from omni.learn.training import finetune
 
     config = training_config_from_args(args)
-    records = _records(args)
-    validation = _records(args, args.validation) if args.validation else None
-    model = _model(args)
+    records = labelled_records(args)
+    validation = labelled_records(args, args.validation) if args.validation else None
+    model = load_model(args)
     try:
         summary = finetune(model, model.source.directory, records, args.out, config, validation,
-                           restart=args.restart, keep_state=args.keep_state, progress=not args.quiet, log=_say)
+                           restart=args.restart, keep_state=args.keep_state, progress=not args.quiet, log=say)
     except ValueError as exc:          # a leftover state of another run, a split too small, an output = input
         print(f"omni: finetune: {exc}", file=sys.stderr)
         return 2
     best = summary["best_validation_nll"]
-    _say(f"omni: best epoch {summary['best_epoch']}"
+    say(f"omni: best epoch {summary['best_epoch']}"
          + ("" if best is None else f" (validation NLL {best:.4f})") + f"; wrote {args.out} — use it with "
          f"`omni decide --model {args.out}` or `omni serve --model {args.out}`")
     return 0

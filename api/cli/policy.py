@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from api.cli.learn import _config, _dataset_file, _model, _records, _say
+from api.cli.learn import dataset_file, labelled_records, learn_config, load_model, say
 
 if TYPE_CHECKING:
     from omni.contract.config import EngineConfig
@@ -97,13 +97,13 @@ def _answers(args: argparse.Namespace, data: str) -> tuple[list[AnsweredQuestion
     """(the answered questions of DATA, the model's sha256, records) — the dataset is read before the model loads."""
     from omni.model.calibration import CalibrationError, load_calibration
 
-    records = _records(args, data)
-    model = _model(args)
+    records = labelled_records(args, data)
+    model = load_model(args)
     calibration = load_calibration(model.source.directory) if args.calibration else None
     if args.calibration and calibration is None:
         raise CalibrationError(f"--calibration: {model.source.directory} has no calibration.json")
-    rows = answer_dataset(model, records, _config(args), calibration, args.batch_size, not args.quiet,
-                          str(_dataset_file(data)))
+    rows = answer_dataset(model, records, learn_config(args), calibration, args.batch_size, not args.quiet,
+                          str(dataset_file(data)))
     return rows, model.sha256, len(records)
 
 
@@ -117,7 +117,7 @@ def run_fit(args: argparse.Namespace) -> int:
     rows, model_sha256, records = _answers(args, args.data)
     fit = fit_policy(rows, args.target_precision, args.confidence_level, per_modality=args.per_modality, old=old,
                      version=args.version or (None if old else f"fitted-{today}"))
-    data = str(_dataset_file(args.data))
+    data = str(dataset_file(args.data))
     header = [f"Fitted by `omni policy fit` on {today} from {data} ({records} records, {len(rows)} labelled answers)",
               f"model sha256 {model_sha256}" + (", calibration on" if args.calibration else ""),
               f"target precision {fit.target} by a one-sided {fit.level:.0%} Clopper-Pearson lower bound"
@@ -142,12 +142,12 @@ def run_fit(args: argparse.Namespace) -> int:
                 "calibration": "on" if args.calibration else "off", "policy": str(out), "policy sha256": policy.sha256,
                 "version": policy.version, "fitted": today}
         write_report(fit, applied, args.report, meta)
-        _say(f"omni: wrote {Path(args.report) / 'report.md'}, report.json and curves")
+        say(f"omni: wrote {Path(args.report) / 'report.md'}, report.json and curves")
     unsupported = [qid for qid, question in fit.questions.items() if not question.supported]
     if unsupported:
-        _say(f"omni: {', '.join(unsupported)}: precision {fit.target} cannot be supported by this data: auto_at = "
+        say(f"omni: {', '.join(unsupported)}: precision {fit.target} cannot be supported by this data: auto_at = "
              "1.0 (everything to review)")
-    _say(f"omni: wrote {out} (version {policy.version}, sha256 {policy.sha256})")
+    say(f"omni: wrote {out} (version {policy.version}, sha256 {policy.sha256})")
     return 0
 
 
@@ -168,6 +168,6 @@ def run_check(args: argparse.Namespace) -> int:
               f"{', '.join(rule.options) if rule.options else '-'}")
     if args.on:
         rows, _, records = _answers(args, args.on)
-        print(f"\non {_dataset_file(args.on)} ({records} records): automatic = not sent to review")
+        print(f"\non {dataset_file(args.on)} ({records} records): automatic = not sent to review")
         print(format_applied(apply_policy(policy, rows)))
     return 0
