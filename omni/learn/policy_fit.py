@@ -13,7 +13,7 @@ answers and never qualify: one correct answer bounds precision at 1 - level). Co
 or level never lowers `auto_at`; one more correct answer never raises it and one more wrong one never lowers it;
 answers tied at a bar are automatic together. The bound is that of the chosen set; choosing it among many bars is
 not corrected for (a data set fitted on is optimistic: check the policy on held-out data, `omni policy check --on`).
-When no bar qualifies, `auto_at = 1.0` (review everything but answers reported as exactly 1.0) and the fit says
+When no bar qualifies, `auto_at = 1.0` (a bar of 1.0 sends every answer to review) and the fit says
 why: the best bound reached and, when the question had no error at all, the labelled answers that would be needed,
 the smallest n with (1 - level)^(1/n) >= target.
 
