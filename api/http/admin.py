@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from api.http import schemas
 from api.http.routes import require_api_key, service
 from omni.contract.policy import Policy
 
@@ -24,7 +25,8 @@ def describe(policy: Policy, reloads: int) -> dict:
                         if policy.default is not None else None)}
 
 
-@router.get("/policy", summary="The policy in force: version, sha256 and its rules")
+@router.get("/policy", summary="The policy in force: version, sha256 and its rules", response_model=None,
+            responses={200: {"model": schemas.PolicyInForce}, **schemas.ADMIN_RESPONSES})
 async def policy_in_force(request: Request) -> JSONResponse:
     svc = service(request)
     if svc.policy is None:
@@ -32,7 +34,8 @@ async def policy_in_force(request: Request) -> JSONResponse:
     return JSONResponse(describe(svc.policy.current, svc.policy.reloads))
 
 
-@router.post("/policy/reload", summary="Read the policy file again, atomically (as SIGHUP does)")
+@router.post("/policy/reload", summary="Read the policy file again, atomically (as SIGHUP does)",
+             response_model=None, responses={200: {"model": schemas.PolicyInForce}, **schemas.ADMIN_RESPONSES})
 async def reload_policy(request: Request) -> JSONResponse:
     svc = service(request)
     policy = svc.reload_policy()

@@ -225,6 +225,40 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+# ------------------------------------------------------------------------------------------------ admin
+class PolicyRule(BaseModel):
+    type: str | None = Field(description="noul, choice or score; null when the file does not say")
+    auto_at: float
+    act_on: list[bool | int | str]
+    auto_at_for: dict[str, float]
+    auto_at_with: dict[str, float]
+
+
+class PolicyDefault(BaseModel):
+    auto_at: float
+    auto_at_with: dict[str, float]
+
+
+class PolicyInForce(BaseModel):
+    """GET /v1/admin/policy and the reload's answer: the policy decisions are taken under now."""
+
+    version: str
+    sha256: str = Field(description="sha256 of the policy file's bytes (what x_outcome and audit records name)")
+    source: str = Field(description="the file it was read from")
+    reloads: int = Field(description="reloads that worked since the start")
+    questions: dict[str, PolicyRule]
+    default: PolicyDefault | None
+
+
+ADMIN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: ERROR_RESPONSES[401],
+    404: {"model": ErrorBody, "description": "the server runs without a policy (--policy FILE)"},
+    422: {"model": ErrorBody, "description": "the policy file no longer reads (the message names the key and line); "
+                                             "the policy in force stays"},
+    500: ERROR_RESPONSES[500],
+}
+
+
 # ------------------------------------------------------------------------------------------------ review
 class ReviewQueue(BaseModel):
     id: str

@@ -4,6 +4,7 @@ shape (the response schema of its status). Bounded in examples so CI stays fast.
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -15,7 +16,9 @@ from omni.serve.engine import DecisionEngine
 from tests.unit.fake_model import FakeModel
 from tests.unit.http.serving import settings_with
 
-SETTINGS = settings_with(max_wait_ms=0, review_dir=tempfile.mkdtemp(prefix="omni-fuzz-review-"))
+POLICY = Path(tempfile.mkdtemp(prefix="omni-fuzz-policy-")) / "policy.toml"
+POLICY.write_text('version = "fuzz"\n[default]\nauto_at = 0.5\n[questions.q]\nauto_at = 0.9\nact_on = [true]\n')
+SETTINGS = settings_with(max_wait_ms=0, review_dir=tempfile.mkdtemp(prefix="omni-fuzz-review-"), policy=str(POLICY))
 ENGINE = DecisionEngine(SETTINGS.engine, FakeModel(SETTINGS.engine)).start()   # ready before any request
 APP = create_app(SETTINGS, ENGINE)
 
