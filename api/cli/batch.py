@@ -89,9 +89,11 @@ def _remote(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]
 
 def _in_process(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]:
     """(backend, lines in flight, close) with a model loaded here."""
+    from api.cli.decide import quiet_model_loading
     from omni.contract.policy import read_policy
 
     policy = read_policy(args.policy) if args.policy else None      # PolicyError: exit 2 before the model loads
+    quiet_model_loading(args.quiet)
     config = engine_config(args)
     engine = start_engine(config)
     try:

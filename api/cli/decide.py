@@ -51,6 +51,14 @@ def _part_spec(spec: str) -> tuple[str, str]:
     return name, path
 
 
+def quiet_model_loading(quiet: bool) -> None:
+    """`--quiet`: no progress bar while the weights load either (transformers draws its own, "Loading weights")."""
+    if quiet:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
 def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None = None) -> EngineConfig:
     """CLI flags override the settings-derived base config, field by field."""
     config = base or EngineConfig()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from api.cli.decide import quiet_model_loading
 from api.cli.learn import dataset_file, labelled_records, learn_config, load_model, say
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def _answers(args: argparse.Namespace, data: str) -> tuple[list[AnsweredQuestion
     from omni.model.calibration import CalibrationError, load_calibration
 
     records = labelled_records(args, data)
+    quiet_model_loading(args.quiet)
     model = load_model(args)
     calibration = load_calibration(model.source.directory) if args.calibration else None
     if args.calibration and calibration is None:

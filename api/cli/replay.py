@@ -143,10 +143,12 @@ def _object(value: Any) -> dict[str, Any]:
 def _replay(args: argparse.Namespace, config: EngineConfig, selected: set[tuple[str, int]]) -> ReplaySummary:
     from tqdm import tqdm
 
+    from api.cli.decide import quiet_model_loading
     from omni.learn.dataset import parse_request_line
     from omni.serve.engine import DecisionEngine
     from omni.serve.replay import ReplaySummary, loaded, replay
 
+    quiet_model_loading(args.quiet)
     engine = DecisionEngine(config)
     here = loaded(engine)
 

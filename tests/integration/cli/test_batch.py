@@ -166,3 +166,18 @@ def test_a_fully_answered_backlog_loads_no_model(in_process, backlog, tmp_path, 
         records.writelines(json.dumps({"line": n, "input": "x", "response": {"answers": {}}}) + "\n" for n in (6, 7))
     assert run_batch(backlog, "--out", out, "--model", tmp_path / "no-such-checkpoint") == 0
     assert "every line" in capsys.readouterr().err
+
+
+def test_quiet_prints_no_progress_bar_not_even_while_the_weights_load(backlog, tiny_dir, tmp_path):
+    """Issue 22, bug 10: `--quiet` still drew transformers' "Loading weights" bar (a process of its own here: the
+    switch is process-wide)."""
+    import subprocess
+    import sys
+
+    one = tmp_path / "one.jsonl"
+    one.write_text(backlog.read_text(encoding="utf-8").split("\n")[0] + "\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "api.cli.main", "batch", str(one), "--out", str(tmp_path / "o.jsonl"),
+                          "--model", str(tiny_dir), "--threads", "1", "--quiet"], capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "Loading weights" not in run.stderr and "it/s]" not in run.stderr, run.stderr
