@@ -22,6 +22,7 @@ from api.http import schemas
 from api.http.routes import require_api_key, service
 from omni.contract.errors import InvalidRequest
 from omni.contract.json_values import load_json
+from omni.learn.review import label_id
 from omni.learn.review_queue import ORDERS, ReviewQueues
 
 T = TypeVar("T")
@@ -76,9 +77,12 @@ async def label(request: Request, queue_id: str, key: str) -> dict:
     labels = body.get("labels") if isinstance(body, dict) else None
     if not isinstance(labels, dict):
         raise InvalidRequest.one(("labels",), "send {\"labels\": {question_id: answer id or null}}", "dict_type")
-    for qid, value in labels.items():
-        if value is not None and not isinstance(value, str):
-            raise InvalidRequest.one(("labels", qid), "a label is an answer id (a string) or null to clear it")
+    for qid, value in labels.items():        # as labels.jsonl writes them (true, 2) or as ids ("true", "2")
+        if isinstance(value, (bool, int)):
+            labels[qid] = label_id(value)
+        elif value is not None and not isinstance(value, str):
+            raise InvalidRequest.one(("labels", qid), "a label is an answer: true or false (noul), an option id "
+                                                      "(choice), a level index (score), or null to clear it")
     queues = _queues(request)
     try:
         saved = await anyio.to_thread.run_sync(_found, queues.label, queue_id, key, labels)

@@ -337,8 +337,9 @@ class Report(BaseModel):
 
 REVIEW_LABELS_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["labels"], "properties": {"labels": {
-        "type": "object", "additionalProperties": {"type": ["string", "null"]},
-        "description": "question id -> label id (noul true/false, choice id, score level index) or null to clear"}}}}}}}
+        "type": "object", "additionalProperties": {"type": ["string", "boolean", "integer", "null"]},
+        "description": "question id -> label (noul true/false, choice id, score level index; as labels.jsonl writes "
+                       "them or as strings) or null to clear"}}}}}}}
 
 REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: ERROR_RESPONSES[401],

@@ -51,13 +51,29 @@ def test_bad_ids_are_404_and_bad_labels_422_in_the_error_shape(tmp_path):
             response = client.get(path)
             assert response.status_code == 404, path
             assert response.json()["detail"]["error_type"] == "not_found" and "request_id" in response.json()
-        for labels, where in (({"team": "plumbing"}, ["body", "labels"]), ({"team": 3}, ["body", "labels", "team"]),
+        for labels, where in (({"team": "plumbing"}, ["body", "labels"]), ({"team": 2.5}, ["body", "labels", "team"]),
+                              ({"team": 3}, ["body", "labels"]), ({"level": [1]}, ["body", "labels", "level"]),
                               ({"colour": "red"}, ["body", "labels"])):
             response = client.put(f"/v1/review/queues/kept/items/{key}/labels", json={"labels": labels})
             assert response.status_code == 422 and response.json()["detail"][0]["loc"] == where, labels
         assert client.put(f"/v1/review/queues/kept/items/{key}/labels", json={}).status_code == 422
         assert client.get("/v1/review/queues/kept/items?order=random").status_code == 422
         assert client.get("/v1/review/queues/kept/items?threshold=2").status_code == 422
+
+
+def test_labels_are_taken_as_labels_jsonl_writes_them_or_as_their_ids(tmp_path):
+    """Issue 22, bug 14: the API wanted "true" where labels.jsonl stores true (and "2" where it stores 2)."""
+    with served(review_dir=str(tmp_path / "rv")) as (client, _):
+        ask(client)
+        key = client.get("/v1/review/queues/kept/items").json()["items"][0]["key"]
+        saved = client.put(f"/v1/review/queues/kept/items/{key}/labels",
+                           json={"labels": {"ok": False, "level": 2, "team": "tech"}})
+        assert saved.status_code == 200, saved.text
+        assert saved.json() == {"labels": {"ok": "false", "level": "2", "team": "tech"}}
+        again = client.put(f"/v1/review/queues/kept/items/{key}/labels", json={"labels": {"ok": "true", "level": 0}})
+        assert again.json()["labels"] == {"ok": "true", "level": "0", "team": "tech"}
+    line = json.loads((tmp_path / "rv" / "labels.jsonl").read_text())
+    assert line["labels"] == {"ok": True, "level": 0, "team": "tech"}
 
 
 def test_review_is_off_without_a_review_dir_and_says_how_to_turn_it_on():
