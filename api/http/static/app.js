@@ -407,13 +407,14 @@ const review = {
   async renderItem() {
     const item = this.item;
     const media = el("div", { class: "media" });
+    const inSlot = {};                       // an item's media are numbered within their slot: images[0], audio[0]
     for (const m of item.media) {
       const path = `/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(item.key)}/media/${m.index}`;
-      const holder = el("figure", { "data-media": `${m.slot}[${m.index}]` });
+      const label = `${m.slot}[${inSlot[m.slot] = (inSlot[m.slot] ?? -1) + 1}]`;
+      const holder = el("figure", { "data-media": label });
       media.append(holder);
       blobUrl(path).then((url) => {
         this.urls.push(url);
-        const label = `${m.slot}[${m.index}]`;
         holder.append(m.kind === "image" ? el("img", { src: url, alt: label })
           : el(m.kind === "video" ? "video" : "audio", { src: url, controls: true, preload: "metadata", "aria-label": `play ${label}` }));
       }).catch((e) => holder.append(el("p", { class: "error", text: e.message })));
@@ -436,8 +437,8 @@ const review = {
     const saved = this.item.labels[q.id];
     const status = saved === undefined ? "not labelled yet" : saved === q.model ? `saved: ${saved} (the model's answer)` : `saved: ${saved} (corrects the model's ${q.model})`;
     return el("section", { class: "rq", "data-question": q.id, "data-index": String(qi) },
-      el("h3", { text: `${qi + 1}. ${q.id} — ${typeof q.instructions === "string" ? q.instructions : JSON.stringify(q.instructions ?? "")}` }),
-      q.options.map((o) => answerBar(q.id, o, probs[o.id] ?? 0, q.model)),
+      el("h3", { text: `${qi + 1}. ${q.id}${instructionsOf(q.instructions)}` }),
+      q.options.map((o) => answerBar(q.id, o, probs[o.id] ?? 0, q.model, q.type)),
       el("div", { class: "options", role: "group", "aria-label": `answers to ${q.id}` },
         q.options.map((o, oi) => el("button", { type: "button", "data-option": o.id, class: o.id === q.model ? "model" : "",
           "aria-pressed": String(saved === o.id), title: o.id === q.model ? "the model's answer" : "",
@@ -504,9 +505,15 @@ function optionName(q, o) {
   return o.id;
 }
 
-function answerBar(qid, option, p, model) {
+function instructionsOf(instructions) {
+  if (instructions === null || instructions === undefined || instructions === "") return "";   // none: the id alone
+  return ` — ${typeof instructions === "string" ? instructions : JSON.stringify(instructions)}`;
+}
+
+function answerBar(qid, option, p, model, type) {
+  const level = type === "score" && typeof option.description === "string" ? option.description : "";
   return el("div", { class: `bar${option.id === model ? " best" : ""}`, "data-question": qid, "data-option": option.id, "data-probability": String(p) },
-    el("span", { class: "label", text: option.id }),
+    el("span", { class: "label", text: level ? `${option.id} · ${level}` : option.id }),
     el("span", { class: "track", role: "meter", "aria-valuemin": "0", "aria-valuemax": "1", "aria-valuenow": String(p), "aria-label": `${qid}: ${option.id}` },
       el("span", { class: "fill", style: { width: `${(100 * p).toFixed(2)}%` } })),
     el("span", { class: "value", text: pct(p) }));

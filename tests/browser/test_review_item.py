@@ -1,0 +1,68 @@
+"""One review item as the workbench shows it (issue 22 bugs 1, 2, 8 and 11, each of which this test caught before
+the fix): a text-only item shows no literal `null`, a question without instructions is titled by its id alone, media
+are numbered within their slot (the first clip is `audio[0]`, the first video `videos[0]`), and score bars name their
+levels. Against its own `omni review` (the embedded demo model) with decisions kept in its review directory."""
+from __future__ import annotations
+
+import base64
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.workbench import EXAMPLES, Review
+
+QUESTIONS = {"plain": {"type": "noul"},
+             "severity": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}}
+
+
+def data_url(mime: str, name: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode((EXAMPLES / "inspection" / name).read_bytes()).decode()
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory, browser):
+    folder = tmp_path_factory.mktemp("review-item")
+    review = Review(folder, "--review-dir", str(folder / "rv"))
+    keys = {}
+    try:
+        with httpx.Client(base_url=review.url, timeout=120) as client:
+            for name, extra in (("text", {}), ("media", {"audio": [data_url("audio/wav", "hum.wav")],
+                                                         "videos": [data_url("video/mp4", "fan.mp4")]})):
+                answer = client.post("/v1/systemone", json={"state": f"the {name} item", "questions": QUESTIONS,
+                                                            **extra})
+                assert answer.status_code == 200, answer.text
+            for _ in range(100):                       # kept after the answers were sent
+                items = client.get("/v1/review/queues/kept/items").json()["items"]
+                if len(items) == 2:
+                    break
+            keys = {item["preview"].split()[1]: item["key"] for item in items}
+        yield review.url + "/ui", keys
+    finally:
+        review.stop()
+
+
+def open_item(page, url: str, key: str) -> None:
+    page.goto(url + "#review")
+    page.select_option("#queue", "kept")
+    page.locator(f'#items button[data-key="{key}"]').click()
+    expect(page.locator("#item .rq").first).to_be_visible()
+
+
+def test_a_text_item_has_no_null_and_an_untitled_question_is_named_by_its_id(page, kept):
+    url, keys = kept
+    open_item(page, url, keys["text"])
+    assert "null" not in page.locator("#item").inner_text()
+    expect(page.locator('#item .rq[data-question="plain"] h3')).to_have_text("1. plain")
+    expect(page.locator('#item .rq[data-question="severity"] h3')).to_have_text("2. severity — How severe?")
+    labels = page.locator('#item .rq[data-question="severity"] .bar .label').all_inner_texts()
+    assert labels == ["0 · none", "1 · minor", "2 · major"]
+
+
+def test_media_are_numbered_within_their_slot(page, kept):
+    url, keys = kept
+    open_item(page, url, keys["media"])
+    expect(page.locator('#item figure[data-media="audio[0]"] audio')).to_have_attribute("aria-label", "play audio[0]")
+    expect(page.locator('#item figure[data-media="videos[0]"] video')).to_have_attribute("aria-label",
+                                                                                        "play videos[0]")
+    assert page.locator('#item figure[data-media="videos[1]"]').count() == 0
