@@ -66,3 +66,33 @@ def test_media_are_numbered_within_their_slot(page, kept):
     expect(page.locator('#item figure[data-media="videos[0]"] video')).to_have_attribute("aria-label",
                                                                                         "play videos[0]")
     assert page.locator('#item figure[data-media="videos[1]"]').count() == 0
+
+
+def test_enter_after_clicking_an_item_accepts_the_models_answer(page, kept):
+    """Bug 3: the clicked list button kept the focus, and Enter opened the item again instead of accepting."""
+    url, keys = kept
+    open_item(page, url, keys["media"])
+    current = page.locator("#item .rq.current")
+    question = current.get_attribute("data-question")
+    page.keyboard.press("Enter")
+    expect(page.locator(f'#item .rq[data-question="{question}"] .saved')).to_contain_text("the model's answer")
+
+
+def test_after_a_failed_ask_the_answers_on_screen_are_marked_out_of_date(page, kept):
+    """Bug 4: after a 422 the previous answers stayed on screen as if they answered the request that failed."""
+    url, _ = kept
+    page.goto(url)
+    page.click("#toggle-raw")
+    page.fill("#raw-json", '{"state": "fine", "questions": {"ok": {"type": "noul"}}}')
+    page.click("#ask-button")
+    expect(page.locator("#answers .answer")).to_have_count(1)
+    expect(page.locator("#answers")).not_to_have_class("answers stale")
+    page.fill("#raw-json", '{"state": "fine", "questions": {"ok": {"type": "score", "criteria": ["only one"]}}}')
+    page.click("#ask-button")
+    expect(page.locator("#ask-error")).not_to_be_empty()
+    expect(page.locator("#answers")).to_have_class("answers stale")
+    expect(page.locator("#answers .stale-note")).to_contain_text("Out of date")
+    page.fill("#raw-json", '{"state": "fine again", "questions": {"ok": {"type": "noul"}}}')
+    page.click("#ask-button")
+    expect(page.locator("#answers .stale-note")).to_have_count(0)
+    expect(page.locator("#answers")).to_have_class("answers")

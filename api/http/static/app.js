@@ -281,7 +281,8 @@ async function submitAsk(event) {
   try {
     const response = await api("/v1/systemone", { method: "POST", body: form });
     const answer = await response.json().catch(() => null);
-    if (!response.ok) { showAskError(response.status, answer); return; }
+    if (!response.ok) { showAskError(response.status, answer); markStale(); return; }
+    $("#answers").classList.remove("stale");
     renderAnswers(body.questions || {}, answer);
     renderDetails(answer, response.headers.get("server-timing") || "");
     const top = $("#answers").getBoundingClientRect().top;
@@ -289,10 +290,19 @@ async function submitAsk(event) {
     $("#ask-status").textContent = `answered in ${((performance.now() - started) / 1000).toFixed(2)} s · request ${response.headers.get("x-request-id") || ""}`;
   } catch (e) {
     $("#ask-error").textContent = `the request failed: ${e.message}`;
+    markStale();
   } finally {
     button.disabled = false;
     if ($("#ask-status").textContent === "asking…") $("#ask-status").textContent = "";
   }
+}
+
+// After a failed Ask the answers on screen belong to the request before: say so, on the page and to screen readers.
+function markStale() {
+  const answers = $("#answers");
+  if (!answers.querySelector(".answer") || answers.classList.contains("stale")) return;
+  answers.classList.add("stale");
+  answers.prepend(el("p", { class: "stale-note", role: "status", text: "Out of date: these answers are for the previous request, not the one that failed." }));
 }
 
 function showAskError(status, body) {
@@ -384,7 +394,9 @@ const review = {
 
   renderList() {
     $("#items").replaceChildren(...this.items.map((it, i) => el("li", {},
-      el("button", { type: "button", "data-key": it.key, "aria-current": String(i === this.index), onclick: () => this.show(i) },
+      // after a click the item has the focus, so Enter accepts the model's answer instead of opening the item again
+      el("button", { type: "button", "data-key": it.key, "aria-current": String(i === this.index),
+        onclick: () => this.show(i).then(() => $("#item").focus({ preventScroll: true })) },
         el("span", { class: "conf", text: pct(it.confidence) }),
         el("span", { class: it.labelled >= it.questions ? "done" : "", text: `${it.labelled}/${it.questions} labelled` }),
         el("span", { class: "preview", text: it.preview })))));
