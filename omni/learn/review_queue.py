@@ -116,12 +116,14 @@ class ReviewQueues:
         self.sources = {s.id: s for s in sources}
 
     def queues(self) -> list[JSONObject]:
+        """Each queue with its items and how many are reviewed: every question labelled (a partly labelled item is
+        not)."""
         reviewed = self.review_dir.reviewed()
         out: list[JSONObject] = []
         for source in self.sources.values():
             records = source.records()
             out.append({"id": source.id, "kind": source.kind, "name": source.name, "items": len(records),
-                        "reviewed": sum(1 for r in records if reviewed.get(r.key))})
+                        "reviewed": sum(1 for r in records if reviewed.get(r.key, 0) >= len(r.answers))})
         return out
 
     def items(self, queue_id: str, order: str = "confidence", threshold: float = 0.9) -> list[JSONObject]:

@@ -96,3 +96,18 @@ def test_after_a_failed_ask_the_answers_on_screen_are_marked_out_of_date(page, k
     page.click("#ask-button")
     expect(page.locator("#answers .stale-note")).to_have_count(0)
     expect(page.locator("#answers")).to_have_class("answers")
+
+
+def test_the_queue_counter_follows_each_label_and_counts_only_items_fully_labelled(page, kept):
+    """Bug 6: "0/6 reviewed" only changed on Reload, and counted partly labelled items as reviewed."""
+    import re
+
+    url, keys = kept
+    open_item(page, url, keys["text"])
+    option = page.locator('#queue option[value="kept"]')
+    before, items = map(int, re.search(r"\((\d+)/(\d+) reviewed\)", option.inner_text()).groups())
+    page.keyboard.press("1")                                         # one question of two: not reviewed yet
+    expect(page.locator('#item .rq[data-question="plain"] .saved')).to_be_visible()
+    expect(option).to_have_text(re.compile(rf"\({before}/{items} reviewed\)"))
+    page.keyboard.press("a")                                         # the second: now it is
+    expect(option).to_have_text(re.compile(rf"\({before + 1}/{items} reviewed\)"))

@@ -374,12 +374,21 @@ const review = {
     try {
       this.queues = (await json("/v1/review/queues")).queues;
     } catch (e) { $("#review-error").textContent = e.message; return; }
-    $("#queue").replaceChildren(...this.queues.map((q) => el("option", { value: q.id, text: `${q.name} (${q.reviewed}/${q.items} reviewed)` })));
+    $("#queue").replaceChildren(...this.queues.map((q) => el("option", { value: q.id, text: queueLabel(q) })));
     if (this.queues.length) await this.loadItems();
     else $("#item").replaceChildren(el("p", { class: "hint", text: "No queues: start the server with --review-dir (and --review-batches)." }));
   },
 
-  async loadItems(keepKey = null) {
+  async refreshCounts() {
+    let queues;
+    try { queues = (await json("/v1/review/queues")).queues; } catch { return; }   // the next Reload says why
+    for (const q of queues) {
+      const option = [...$("#queue").options].find((o) => o.value === q.id);
+      if (option) option.textContent = queueLabel(q);
+    }
+  },
+
+    async loadItems(keepKey = null) {
     this.queue = $("#queue").value;
     const params = new URLSearchParams({ order: $("#order").value, threshold: $("#threshold").value || "0.9" });
     try {
@@ -477,6 +486,7 @@ const review = {
     const block = document.querySelector(`#item .rq[data-index="${qi}"]`);
     block.replaceWith(this.questionBlock(q, qi));
     this.renderList();
+    this.refreshCounts();                    // the queue's "n/m reviewed" follows every label, not only a Reload
     if (optionId === null) { this.highlight(); return; }
     if (qi + 1 < this.item.questions.length) { this.question = qi + 1; this.highlight(); } else if (this.index + 1 < this.items.length) await this.show(this.index + 1);
     else this.highlight();
@@ -515,6 +525,10 @@ function answerOf(item, id) { return (item.answers || {})[id] || {}; }
 function optionName(q, o) {
   if (q.type === "score" && typeof o.description === "string") return `${o.id} · ${o.description}`;
   return o.id;
+}
+
+function queueLabel(queue) {
+  return `${queue.name} (${queue.reviewed}/${queue.items} reviewed)`;   // reviewed: every question labelled
 }
 
 function instructionsOf(instructions) {

@@ -76,6 +76,22 @@ def test_labels_are_taken_as_labels_jsonl_writes_them_or_as_their_ids(tmp_path):
     assert line["labels"] == {"ok": True, "level": 0, "team": "tech"}
 
 
+def test_an_item_counts_as_reviewed_once_every_question_is_labelled(tmp_path):
+    """Issue 22, bug 6: a partly labelled item counted as reviewed."""
+    with served(review_dir=str(tmp_path / "rv")) as (client, _):
+        ask(client)
+        key = client.get("/v1/review/queues/kept/items").json()["items"][0]["key"]
+        labels = f"/v1/review/queues/kept/items/{key}/labels"
+
+        def reviewed() -> int:
+            return client.get("/v1/review/queues").json()["queues"][0]["reviewed"]
+
+        client.put(labels, json={"labels": {"ok": "true", "team": "tech"}})
+        assert reviewed() == 0                                  # two of three questions
+        client.put(labels, json={"labels": {"level": "1"}})
+        assert reviewed() == 1
+
+
 def test_review_is_off_without_a_review_dir_and_says_how_to_turn_it_on():
     with served() as (client, _):
         assert ask(client).status_code == 200

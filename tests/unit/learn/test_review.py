@@ -86,6 +86,8 @@ def test_labels_are_saved_as_a_dataset_that_eval_reads_and_survive_a_restart(kep
     again = ReviewQueues(ReviewDir(review_dir.root), config=CONFIG)           # a restart
     assert again.item("kept", keys["unsure"])["labels"] == {"ok": "false", "team": "power"}
     assert {i["key"]: i["labelled"] for i in again.items("kept")}[keys["unsure"]] == 2
+    assert again.queues()[0]["reviewed"] == 0          # two of its three questions: not reviewed yet (issue 22, 6)
+    again.label("kept", keys["unsure"], {"grade": "1"})
     assert again.queues()[0]["reviewed"] == 1
 
 
