@@ -55,13 +55,19 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    from omni.serve.backlog import answered_lines, pending_lines, run_backlog
+    from omni.serve.backlog import compact_output, pending_lines, run_backlog, settled_lines
 
     problem = _usage_problem(args)
     if problem:
         print(f"omni batch: {problem}", file=sys.stderr)
         return 2
-    if not any(True for _ in pending_lines(args.input, answered_lines(args.out))):   # no model to load for nothing
+    answered, failed = settled_lines(args.out)
+    if not any(True for _ in pending_lines(args.input, answered | failed)):   # no model to load for nothing
+        if failed:
+            compact_output(args.out)
+            print(f"omni batch: nothing to retry in {args.input}: {len(answered)} lines answered, {len(failed)} "
+                  f"failed for reasons of their own (4xx; see their records in {args.out})", file=sys.stderr)
+            return 1
         print(f"omni batch: every line of {args.input} is answered in {args.out}", file=sys.stderr)
         return 0
     try:
@@ -172,11 +178,14 @@ def _describe() -> Describe:
 
 
 def _report(summary: BacklogSummary, out: str) -> int:
-    tail = f"; {summary.failed} with error records (rerun to retry them)" if summary.failed else ""
+    tail = f"; {summary.failed} with error records" if summary.failed else ""
+    before = (f"; {summary.failed_before} failed before for reasons of their own (4xx: not tried again)"
+              if summary.failed_before else "")
     print(f"omni batch: {summary.answered} answered in {summary.wall_s:.1f} s{tail}; {summary.skipped} answered "
-          f"before; records in {out}", file=sys.stderr)
+          f"before{before}; records in {out} (a rerun retries only lines that failed for the service's reasons: "
+          "429, 5xx, timeouts)", file=sys.stderr)
     if summary.aborted:
         left = summary.pending - summary.answered - summary.failed
         print(f"omni batch: stopped early, {left} lines left for a rerun: {summary.aborted}", file=sys.stderr)
         return 3
-    return 1 if summary.failed else 0
+    return 1 if summary.failed or summary.failed_before else 0

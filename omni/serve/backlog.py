@@ -5,12 +5,15 @@ The runner reads the input lazily (lines numbered from 1, split on "\\n" only; b
 pending line to `concurrency` worker threads, and each worker asks the backend for that line's answer: in-process,
 `EngineBackend` parses the line and waits on `DecisionEngine.submit`, so the engine micro-batches the lines in
 flight; a remote backend posts it to a server. Records (the format of `omni.contract.batch_file`) are appended as
-answers finish, in completion order, one flushed write per record; a line whose last record is an answer is skipped
-on a rerun, a line whose last record is an error is tried again and gets a new record (readers keep the last one).
-A failing line only ever costs its own record; a backend that cannot answer at all (`BackendUnavailable`) stops the
-run, leaving the lines not yet written for the next run.
-Knows nothing of HTTP, argv, status codes or how a line becomes a request: the edge passes the backend (with its
-line parser) and `describe(exc, request_id) -> (status, body)`, the error table's view of a failure.
+answers finish, in completion order, one flushed write per record. On a rerun a line whose last record is an answer is
+skipped, and so is one whose error a retry cannot mend (a 4xx: not JSON, a missing or corrupt file, a bad question);
+one that failed for the service's reasons (429, 5xx, 408/504 deadlines) is tried again. Before and after each run the
+output is rewritten (atomically) with one record per line, the last, so reruns never grow it. A failing line only
+ever costs its own record; a backend that cannot answer at all (`BackendUnavailable`) stops the run, leaving the
+lines not yet written for the next run.
+Knows nothing of HTTP, argv or how a line becomes a request: the edge passes the backend (with its line parser) and
+`describe(exc, request_id) -> (status, body)`, the error table's view of a failure, whose status alone says whether a
+retry can help.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ from omni.contract.types import DecisionRequest
 from omni.serve.engine import DecisionEngine
 
 __all__ = ["BackendUnavailable", "BacklogSummary", "EngineBackend", "LineFailed", "OutputWriter", "answered_lines",
-           "input_reference", "pending_lines", "read_batch_output", "run_backlog"]
+           "compact_output", "input_reference", "pending_lines", "read_batch_output", "retryable", "run_backlog",
+           "settled_lines"]
 
 Describe = Callable[[BaseException, str], tuple[int, dict]]
 # characters Python's str.splitlines() breaks on that json.dumps(ensure_ascii=False) leaves raw inside strings
@@ -64,6 +68,7 @@ class BacklogSummary:
     answered: int = 0
     failed: int = 0           # lines that got an error record in this run
     skipped: int = 0          # lines answered by an earlier run
+    failed_before: int = 0    # lines an earlier run found wrong in themselves (a 4xx): not tried again
     aborted: str | None = None
     wall_s: float = 0.0
 
@@ -105,6 +110,39 @@ def input_reference(input_path: str | Path, out_path: str | Path) -> str:
 def answered_lines(out_path: str | Path) -> set[int]:
     """Lines whose last record in the output is an answer (a rerun skips them)."""
     return {line for line, record in read_batch_output(out_path).items() if "response" in record}
+
+
+def retryable(status: object) -> bool:
+    """Whether a line that failed with `status` can succeed when tried again: overload (429), unavailable or a
+    server fault (5xx), a deadline (408, 504). A 4xx says the line itself is wrong (not JSON, a missing or corrupt
+    file, a bad question): trying it again gives the same answer."""
+    return not isinstance(status, int) or status >= 500 or status in (408, 429)
+
+
+def settled_lines(out_path: str | Path) -> tuple[set[int], set[int]]:
+    """(lines answered, lines whose last record is an error a retry cannot mend): a rerun skips both."""
+    answered, failed = set(), set()
+    for line, record in read_batch_output(out_path).items():
+        if "response" in record:
+            answered.add(line)
+        elif isinstance(record.get("error"), dict) and not retryable(record["error"].get("status")):
+            failed.add(line)
+    return answered, failed
+
+
+def compact_output(out_path: str | Path) -> None:
+    """Rewrite the output with exactly one record per line, the last one, in line order (atomically: a temporary file
+    renamed over it), so reruns never grow it."""
+    path = Path(out_path)
+    if not path.exists():
+        return
+    records = read_batch_output(path)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.writelines(encode_record(records[line]) for line in sorted(records))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
 
 
 def pending_lines(input_path: str | Path, answered: set[int]) -> Iterator[tuple[int, bytes]]:
@@ -178,18 +216,21 @@ def run_backlog(input_path: str | Path, out_path: str | Path, backend: Backend, 
     """Answer every pending line of `input_path` into `out_path` with at most `concurrency` lines in flight."""
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    answered = answered_lines(out_path)
-    summary = BacklogSummary(pending=sum(1 for _ in pending_lines(input_path, answered)))
-    summary.skipped = len(answered)
+    answered, failed_for_good = settled_lines(out_path)
+    settled = answered | failed_for_good
+    summary = BacklogSummary(pending=sum(1 for _ in pending_lines(input_path, settled)))
+    summary.skipped, summary.failed_before = len(answered), len(failed_for_good)
     reference = input_reference(input_path, out_path)
+    compact_output(out_path)                 # one record per line before appending (an older run's duplicates go)
     writer = OutputWriter(out_path)
     started = time.perf_counter()
     try:
         with _progress_bar(summary.pending, progress) as bar:
-            _feed(pending_lines(input_path, answered), concurrency, summary,
+            _feed(pending_lines(input_path, settled), concurrency, summary,
                   lambda number, text: answer_line(backend, describe, number, text, reference), writer, bar)
     finally:
         writer.close()
+        compact_output(out_path)             # and after: each rerun leaves exactly one record per line
         summary.wall_s = time.perf_counter() - started
     return summary
 

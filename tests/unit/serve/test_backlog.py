@@ -85,7 +85,8 @@ def test_records_are_written_as_answers_finish_so_a_slow_line_does_not_hold_the_
     finally:
         engine.model.release.set()
     runner.join(WAIT_S)
-    assert [r["line"] for r in records_in_file_order(out)][-1] == 1 and result["summary"].answered == 4
+    assert result["summary"].answered == 4
+    assert [r["line"] for r in records_in_file_order(out)] == [1, 2, 3, 4]   # at the end: compacted, in line order
 
 
 def test_each_failing_line_gets_the_error_record_http_would_answer_and_the_others_succeed(engine, tmp_path):
@@ -120,7 +121,7 @@ def test_a_missing_media_file_is_a_422_at_its_entry_and_paths_are_read_relative_
     assert "file not found: media/gone.png" in issue["msg"]
 
 
-def test_a_rerun_skips_answered_lines_and_retries_errors_appending_new_records(engine, tmp_path):
+def test_a_rerun_skips_answered_lines_and_retries_errors_leaving_one_record_per_line(engine, tmp_path):
     source = write_lines(tmp_path / "in.jsonl", line("one"), line("two"), line("three"))
     out = tmp_path / "out.jsonl"
     with open(out, "w", encoding="utf-8") as partial:     # an earlier run: line 1 answered, line 2 failed, torn tail
@@ -132,7 +133,7 @@ def test_a_rerun_skips_answered_lines_and_retries_errors_appending_new_records(e
     records = read_batch_output(out)
     assert records[1]["response"] == {"answers": {}}                       # untouched
     assert "response" in records[2] and "response" in records[3]
-    assert len(out.read_text().splitlines()) == 5                           # 2 old + the torn one + 2 new
+    assert [r["line"] for r in records_in_file_order(out)] == [1, 2, 3]      # one each: compacted, the torn one gone
     engine.model.seen.clear()
     assert run(engine, source, out).pending == 0 and states_seen(engine) == []
 
@@ -145,6 +146,22 @@ def test_the_last_record_of_a_line_wins(tmp_path):
     records = read_batch_output(out)
     assert records[3]["response"] == {"n": 1} and "error" in records[5]
     assert answered_lines(out) == {3}                  # line 5 is retried by the next run
+
+
+@pytest.mark.parametrize("status, retried", [(400, False), (404, False), (413, False), (415, False), (422, False),
+                                             (408, True), (429, True), (500, True), (503, True), (504, True)])
+def test_a_rerun_retries_only_what_can_succeed_on_a_retry(engine, tmp_path, status, retried):
+    """Issue 22, bug 15: every failed line was tried again and appended a new record, also a line wrong in itself."""
+    source = write_lines(tmp_path / "in.jsonl", line("one"), line("two"))
+    out = tmp_path / "out.jsonl"
+    out.write_text(json.dumps({"line": 1, "input": "in.jsonl", "error": {"status": status, "body": {"n": 1}}}) + "\n"
+                   + json.dumps({"line": 2, "input": "in.jsonl", "response": {"answers": {}}}) + "\n")
+    for _ in range(3):
+        summary = run(engine, source, out)
+        assert [r["line"] for r in records_in_file_order(out)] == [1, 2]   # one record per line, every rerun
+    assert states_seen(engine) == (["one"] if retried else [])           # tried once, then answered
+    assert ("response" in read_batch_output(out)[1]) is retried
+    assert summary.failed_before == (0 if retried else 1)
 
 
 def test_line_separators_inside_strings_neither_split_input_lines_nor_output_records(engine, tmp_path):
