@@ -265,7 +265,10 @@ class ReviewQueue(BaseModel):
     kind: Literal["batch", "kept", "policy"]
     name: str
     items: int
-    reviewed: int = Field(description="items with at least one label")
+    reviewed: int = Field(description="items with every question labelled")
+    failed: int = Field(0, description="a batch's lines that got an error record (no item to review)")
+    failures: list[dict[str, Any]] = Field(default_factory=list,
+                                           description="the first 50 of them: line, status, message")
 
 
 class ReviewQueueList(BaseModel):

@@ -35,6 +35,7 @@ BROWSER_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp",
                  "mov": "video/quicktime", "webm": "video/webm", "matroska": "video/x-matroska"}
 ORDERS = ("confidence", "threshold")
 PREVIEW_CHARS = 160
+MAX_FAILURES_SHOWN = 50           # a batch's failed lines listed with its queue (all are counted)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,23 @@ class BatchSource:
         self.path = Path(out_path).resolve()
         self.id = "b-" + hashlib.sha1(str(self.path).encode()).hexdigest()[:10]
         self.name = self.path.name
+
+    def failures(self) -> list[JSONObject]:
+        """The batch's lines that got an error record: line, status and what the error says (first issue)."""
+        failed: list[JSONObject] = []
+        for line, record in sorted(read_batch_output(self.path).items()):
+            error = record.get("error")
+            if "response" in record or not isinstance(error, dict):
+                continue
+            detail = error.get("body", {}).get("detail") if isinstance(error.get("body"), dict) else None
+            if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+                message = str(detail[0].get("msg", ""))
+            elif isinstance(detail, dict):
+                message = str(detail.get("message", ""))
+            else:
+                message = ""
+            failed.append({"line": line, "status": error.get("status"), "message": message[:300]})
+        return failed
 
     def records(self) -> list[Decided]:
         decided: list[Decided] = []
@@ -117,13 +135,15 @@ class ReviewQueues:
 
     def queues(self) -> list[JSONObject]:
         """Each queue with its items and how many are reviewed: every question labelled (a partly labelled item is
-        not)."""
+        not); a batch's queue also says which of its lines failed (they have no item to review)."""
         reviewed = self.review_dir.reviewed()
         out: list[JSONObject] = []
         for source in self.sources.values():
             records = source.records()
+            failures = source.failures() if isinstance(source, BatchSource) else []
             out.append({"id": source.id, "kind": source.kind, "name": source.name, "items": len(records),
-                        "reviewed": sum(1 for r in records if reviewed.get(r.key, 0) >= len(r.answers))})
+                        "reviewed": sum(1 for r in records if reviewed.get(r.key, 0) >= len(r.answers)),
+                        "failed": len(failures), "failures": failures[:MAX_FAILURES_SHOWN]})
         return out
 
     def items(self, queue_id: str, order: str = "confidence", threshold: float = 0.9) -> list[JSONObject]:

@@ -122,6 +122,13 @@ def test_a_batch_is_reviewed_with_the_keyboard_saved_as_a_dataset_kept_across_a_
     assert (checkpoint / "joint_head.safetensors").is_file()
 
 
+def test_the_batch_queue_says_which_lines_failed(page, workbench):
+    """Issue 22, bug 9: the batch's broken line (its photo is cut short) had no trace in the workbench."""
+    page.goto(workbench.url + "#review")
+    expect(page.locator("#queue option").first).to_contain_text("1 line failed")
+    expect(page.locator('#queue-failures li[data-line="5"]')).to_contain_text("line 5: 422")
+
+
 def test_the_report_page_shows_the_eval_tables_and_figures(page, workbench):
     page.goto(workbench.url + "#report")
     expect(page.locator('#report-body tr[data-row="label_visible"]')).to_be_visible()

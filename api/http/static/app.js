@@ -390,6 +390,7 @@ const review = {
 
     async loadItems(keepKey = null) {
     this.queue = $("#queue").value;
+    renderFailures((this.queues || []).find((q) => q.id === this.queue));
     const params = new URLSearchParams({ order: $("#order").value, threshold: $("#threshold").value || "0.9" });
     try {
       this.items = (await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items?${params}`)).items;
@@ -528,7 +529,16 @@ function optionName(q, o) {
 }
 
 function queueLabel(queue) {
-  return `${queue.name} (${queue.reviewed}/${queue.items} reviewed)`;   // reviewed: every question labelled
+  const failed = queue.failed ? ` · ${queue.failed} ${queue.failed === 1 ? "line" : "lines"} failed` : "";
+  return `${queue.name} (${queue.reviewed}/${queue.items} reviewed${failed})`;   // reviewed: every question labelled
+}
+
+// A batch's failed lines have no item to review: the page says which failed and why, above the list.
+function renderFailures(queue) {
+  const failures = (queue && queue.failures) || [];
+  $("#queue-failures").replaceChildren(...(queue && queue.failed ? [
+    el("p", { text: `${queue.failed} ${queue.failed === 1 ? "line" : "lines"} of ${queue.name} failed and ${queue.failed === 1 ? "has" : "have"} no answer to review:` }),
+    el("ul", {}, failures.map((f) => el("li", { "data-line": String(f.line), text: `line ${f.line}: ${f.status} ${f.message}` })))] : []));
 }
 
 function instructionsOf(instructions) {

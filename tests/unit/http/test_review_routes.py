@@ -28,7 +28,8 @@ def test_decisions_are_kept_with_a_review_dir_and_labelled_through_the_api(tmp_p
     with served(review_dir=str(tmp_path / "rv")) as (client, _):
         assert ask(client).status_code == 200
         queues = client.get("/v1/review/queues").json()["queues"]
-        assert queues == [{"id": "kept", "kind": "kept", "name": "kept decisions", "items": 1, "reviewed": 0}]
+        assert queues == [{"id": "kept", "kind": "kept", "name": "kept decisions", "items": 1, "reviewed": 0,
+                           "failed": 0, "failures": []}]
         [entry] = client.get("/v1/review/queues/kept/items").json()["items"]
         item = client.get(f"/v1/review/queues/kept/items/{entry['key']}").json()
         assert [q["id"] for q in item["questions"]] == list(BASIC_QUESTIONS)
@@ -90,6 +91,21 @@ def test_an_item_counts_as_reviewed_once_every_question_is_labelled(tmp_path):
         assert reviewed() == 0                                  # two of three questions
         client.put(labels, json={"labels": {"level": "1"}})
         assert reviewed() == 1
+
+
+def test_a_batch_queue_says_which_lines_failed(tmp_path):
+    """Issue 22, bug 9: a batch's error lines never appeared: nothing said that lines failed."""
+    (tmp_path / "in.jsonl").write_text(json.dumps(body()) + "\n" + json.dumps(body(state="x")) + "\n")
+    error = {"status": 422, "body": {"detail": [{"loc": ["body", "images", 0], "msg": "cannot decode broken.png",
+                                                 "type": "corrupt_media"}]}}
+    (tmp_path / "out.jsonl").write_text(
+        json.dumps({"line": 1, "input": "in.jsonl", "response": {"answers": {}}}) + "\n"
+        + json.dumps({"line": 2, "input": "in.jsonl", "error": error}) + "\n")
+    with served(review_dir=str(tmp_path / "rv"), review_batches=(str(tmp_path / "out.jsonl"),)) as (client, _):
+        [batch, kept] = client.get("/v1/review/queues").json()["queues"]
+    assert (batch["kind"], batch["items"], batch["failed"]) == ("batch", 1, 1)
+    assert batch["failures"] == [{"line": 2, "status": 422, "message": "cannot decode broken.png"}]
+    assert (kept["failed"], kept["failures"]) == (0, [])
 
 
 def test_review_is_off_without_a_review_dir_and_says_how_to_turn_it_on():

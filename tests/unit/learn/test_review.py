@@ -61,7 +61,8 @@ def test_answers_give_the_models_pick_and_its_confidence():
 def test_queues_order_by_lowest_confidence_or_by_distance_to_the_threshold(kept):
     review_dir, keys = kept
     queues = ReviewQueues(review_dir, config=CONFIG)
-    assert queues.queues() == [{"id": "kept", "kind": "kept", "name": "kept decisions", "items": 3, "reviewed": 0}]
+    assert queues.queues() == [{"id": "kept", "kind": "kept", "name": "kept decisions", "items": 3, "reviewed": 0,
+                                 "failed": 0, "failures": []}]
     by_confidence = [item["key"] for item in queues.items("kept")]
     assert by_confidence == [keys["unsure"], keys["middling"], keys["sure"]]
     near = [item["key"] for item in queues.items("kept", order="threshold", threshold=0.8)]
