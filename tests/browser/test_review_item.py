@@ -111,3 +111,23 @@ def test_the_queue_counter_follows_each_label_and_counts_only_items_fully_labell
     expect(option).to_have_text(re.compile(rf"\({before}/{items} reviewed\)"))
     page.keyboard.press("a")                                         # the second: now it is
     expect(option).to_have_text(re.compile(rf"\({before + 1}/{items} reviewed\)"))
+
+
+def test_the_address_chooses_the_tab_and_the_back_button_returns(page, kept):
+    """Bug 12: changing the URL's #hash did not switch tabs (and a tab had no history entry of its own)."""
+    import re
+
+    url, _ = kept
+    page.goto(url)
+    expect(page.locator("#ask")).to_be_visible()
+    page.evaluate("() => { location.hash = '#report'; }")
+    expect(page.locator("#tab-report")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#report")).to_be_visible()
+    page.click("#tab-review")
+    expect(page).to_have_url(re.compile(r"#review$"))
+    expect(page.locator("#review")).to_be_visible()
+    page.go_back()
+    expect(page.locator("#report")).to_be_visible()
+    page.go_back()
+    expect(page.locator("#ask")).to_be_visible()
+    expect(page.locator("#tab-ask")).to_have_attribute("aria-selected", "true")

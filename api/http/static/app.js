@@ -76,18 +76,26 @@ async function blobUrl(path) {
 // ------------------------------------------------------------------------------------------------ tabs
 function setupTabs() {
   const tabs = [...document.querySelectorAll("[role=tab]")];
-  const show = (tab) => {
+  // `record`: a tab the reviewer chose gets its own history entry (the back button returns to the one before);
+  // a tab shown because the address changed (a typed #hash, back, forward) only follows it.
+  const show = (tab, record = true) => {
     for (const t of tabs) {
       const on = t === tab;
       t.setAttribute("aria-selected", String(on));
       t.tabIndex = on ? 0 : -1;
       $(`#${t.getAttribute("aria-controls")}`).hidden = !on;
     }
-    tab.focus();
+    if (record) tab.focus();
     if (tab.id === "tab-review") review.open();
     if (tab.id === "tab-report") report.open();
-    history.replaceState(null, "", `#${tab.getAttribute("aria-controls")}`);
+    const hash = `#${tab.getAttribute("aria-controls")}`;
+    if (record && location.hash !== hash) history.pushState(null, "", hash);
   };
+  const fromAddress = () => tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash.split("/")[0])
+    || (location.hash ? null : tabs[0]);
+  const follow = () => { const tab = fromAddress(); if (tab) show(tab, false); };
+  window.addEventListener("hashchange", follow);
+  window.addEventListener("popstate", follow);
   tabs.forEach((tab, i) => {
     tab.addEventListener("click", () => show(tab));
     tab.addEventListener("keydown", (e) => {
@@ -95,8 +103,8 @@ function setupTabs() {
       if (step) { e.preventDefault(); show(tabs[(i + step + tabs.length) % tabs.length]); }
     });
   });
-  const start = tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash);
-  if (start) show(start);
+  const start = fromAddress();
+  if (start && location.hash) show(start, false);
 }
 
 // ------------------------------------------------------------------------------------------------ Ask: media
