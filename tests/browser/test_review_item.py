@@ -131,3 +131,32 @@ def test_the_address_chooses_the_tab_and_the_back_button_returns(page, kept):
     page.go_back()
     expect(page.locator("#ask")).to_be_visible()
     expect(page.locator("#tab-ask")).to_have_attribute("aria-selected", "true")
+
+
+def test_after_the_last_label_the_next_item_starts_at_its_title(browser, request, kept):
+    """Bug 7: labelling an item's last question moved on and scrolled so that the next item's title and media were
+    above the screen (a short window, so that an item is taller than it)."""
+    from tests.browser.conftest import finish, open_page
+
+    url, _ = kept
+    base = url.removesuffix("/ui")
+    with httpx.Client(base_url=base, timeout=120) as client:
+        for name in ("scroll-a", "scroll-b"):
+            extra = {"videos": [data_url("video/mp4", "fan.mp4")]}
+            assert client.post("/v1/systemone", json={"state": f"the {name} item", "questions": QUESTIONS,
+                                                      **extra}).status_code == 200
+        for _ in range(100):
+            items = client.get("/v1/review/queues/kept/items").json()["items"]
+            first = next((it["key"] for it in items if it["preview"] == "the scroll-a item"), None)
+            if first and any(it["preview"] == "the scroll-b item" for it in items):
+                break
+    context, page, errors = open_page(browser, request, width=1280, height=420)
+    try:
+        open_item(page, url, first)
+        page.keyboard.press("a")
+        page.keyboard.press("a")                                      # the last question: on to the next item
+        expect(page.locator("#item h2")).not_to_contain_text(first)
+        top = page.locator("#item h2").bounding_box()["y"]
+        assert top >= 0, f"the next item's title is {top} px above the screen"
+    finally:
+        finish(request, page, context, errors)

@@ -458,7 +458,10 @@ const review = {
       item.media.length ? media : null,
       el("div", { class: "state", text: state }),
       ...item.questions.map((q, qi) => this.questionBlock(q, qi))].filter((child) => child !== null));
-    this.highlight();
+    // a new item starts at its title and media: scrolling only to its first question (as highlight does) would
+    // leave what the reviewer judges above the screen
+    this.highlight(false);
+    if ($("#item").getBoundingClientRect().top < 0) $("#item").scrollIntoView({ block: "start" });
   },
 
   questionBlock(q, qi) {
@@ -476,10 +479,10 @@ const review = {
       el("p", { class: saved === undefined ? "hint" : `saved${saved !== q.model ? " corrected" : ""}`, "data-saved": saved ?? "", text: status }));
   },
 
-  highlight() {
+  highlight(scroll = true) {
     document.querySelectorAll("#item .rq").forEach((block, i) => block.classList.toggle("current", i === this.question));
     const current = document.querySelector(`#item .rq[data-index="${this.question}"]`);
-    if (current) current.scrollIntoView({ block: "nearest" });
+    if (current && scroll) current.scrollIntoView({ block: "nearest" });
   },
 
   async label(qi, optionId) {
