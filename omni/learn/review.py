@@ -7,7 +7,8 @@ A review directory holds
   change, so a review in progress survives a crash or a restart;
 - `media/`: the media those lines name, content-addressed (`<sha256>.<container>`), paths relative to the directory;
 - `decisions.jsonl`: decisions a server keeps for review (`omni serve --review-dir`): the request in the same form,
-  the System One response and the decision's audit record (`omni.contract.audit`), one per line, appended; a
+  the System One response and the decision's audit record (`omni.contract.audit`), one per line, appended (the same
+  request answered the same way is kept once); a
   decision a policy sent to review also carries `x_route` (its queue, the reasons: which question, its confidence
   and bar, and its `x_outcome`), and its labels line records the final outcome once a reviewer labels it.
 Knows nothing of HTTP, the engine or the model: it sees parsed requests, response JSON and files.
@@ -87,6 +88,7 @@ class ReviewDir:
         (self.root / REVIEW_MEDIA_DIR).mkdir(exist_ok=True)
         self._lock = threading.Lock()
         self._lines = self._read_labels()          # item key -> dataset line
+        self._kept: dict[str, str] | None = None   # digest of a kept decision's request and answers -> its key
 
     @property
     def labels_file(self) -> Path:
@@ -152,14 +154,20 @@ class ReviewDir:
                       route: JSONObject | None = None) -> str:
         """Append a served decision (its media stored under media/) with its audit record and, when a policy sent
         it to review, its route (`x_route`: queue, reasons); its key."""
-        key = f"d-{uuid.uuid4().hex[:16]}"
         body = render_request(request, [self.store_media(item) for item in request.media])
-        kept = {"key": key, "request": body, "response": response, **({"audit": audit} if audit is not None else {}),
-                **({"x_route": route} if route is not None else {})}
-        line = json.dumps(kept, ensure_ascii=False)
-        with self._lock, open(self.decisions_file, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-        return key
+        digest = kept_digest(body, response)
+        with self._lock:
+            if self._kept is None:                   # what is kept already, read once
+                self._kept = {kept_digest(r["request"], r["response"]): str(r["key"]) for r in self.decisions()}
+            if digest in self._kept:                 # the same request answered the same way: kept once
+                return self._kept[digest]
+            key = f"d-{uuid.uuid4().hex[:16]}"
+            kept = {"key": key, "request": body, "response": response,
+                    **({"audit": audit} if audit is not None else {}), **({"x_route": route} if route is not None else {})}
+            with open(self.decisions_file, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(kept, ensure_ascii=False) + "\n")
+            self._kept[digest] = key
+            return key
 
     def labels_by_request_id(self) -> dict[str, JSONObject]:
         """The labels of decisions a server kept, keyed by the decisions' request ids (from their audit records):
@@ -201,6 +209,12 @@ class ReviewDir:
     def _write_labels(self) -> None:
         text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in self._lines.values())
         _atomic_write(self.labels_file, text.encode("utf-8"))
+
+
+def kept_digest(request: JSONValue, response: JSONValue) -> str:
+    """What makes two kept decisions the same: the request as kept (media by content) and the answers given."""
+    answers = response.get("answers") if isinstance(response, dict) else None
+    return hashlib.sha256(json.dumps([request, answers], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

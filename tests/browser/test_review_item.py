@@ -160,3 +160,10 @@ def test_after_the_last_label_the_next_item_starts_at_its_title(browser, request
         assert top >= 0, f"the next item's title is {top} px above the screen"
     finally:
         finish(request, page, context, errors)
+
+
+def test_the_ask_page_says_that_what_is_asked_is_kept_for_review(page, kept):
+    """Bug 13: under omni review every Ask was kept with its media, and the page did not say so."""
+    url, _ = kept
+    page.goto(url)
+    expect(page.locator("#keeping-note")).to_contain_text("keeps every request asked here")

@@ -620,10 +620,21 @@ async function loadModel() {
     ask.limits = card.limits && card.limits.inputs;
     $("#model-name").textContent = `${card.name}${card.tiny_default ? " · tiny demo model (not real answers)" : ""}`;
     $("#limits-hint").textContent = ask.limits ? `Up to ${ask.limits.images} photos, ${ask.limits.audio} audio clips and ${ask.limits.videos} videos.` : "";
+    noteKeeping();
   } catch (e) {
     $("#model-name").textContent = e.status === 503 ? "the model is still loading…" : `model: ${e.message}`;
     if (e.status === 503) setTimeout(loadModel, 2000);
   }
+}
+
+// Under `omni review` (or `omni serve --review-dir`) what is asked here is kept: the page says so, and where.
+async function noteKeeping() {
+  let queues;
+  try { queues = (await json("/v1/review/queues")).queues; } catch { return; }   // review off: nothing is kept
+  const kinds = new Set(queues.map((q) => q.kind));
+  $("#keeping-note").textContent = kinds.has("policy")
+    ? "This server keeps the requests its policy sends to review, with their media, in its review directory (Review tab, “to review (policy)”)."
+    : kinds.has("kept") ? "This server keeps every request asked here, with its media and answers, in its review directory (Review tab, “kept decisions”); the same request answered the same way is kept once." : "";
 }
 
 function start() {

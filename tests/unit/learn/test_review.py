@@ -164,3 +164,16 @@ def test_a_batch_output_is_a_queue_of_its_answered_lines_read_from_its_input(tmp
     [record] = load_dataset(dataset_path(review_dir.root), CONFIG)
     assert record.labels == {"team": "hvac"} and record.request.state == "unit 2"
     assert json.loads(review_dir.labels_file.read_text())["x_review"]["source"] == "out.jsonl"
+
+
+def test_the_same_request_answered_the_same_way_is_kept_once(tmp_path):
+    """Issue 22, bug 13: identical Asks were each kept, as duplicates in the kept queue (also across a restart)."""
+    review_dir = ReviewDir(tmp_path / "rv")
+    answers = decided(0.9, {"power": 0.8, "hvac": 0.2}, {"0": 0.1, "1": 0.8, "2": 0.1})
+    first = review_dir.keep_decision(request(), answers)
+    assert review_dir.keep_decision(request(), answers) == first
+    other = review_dir.keep_decision(request(), decided(0.2, {"power": 0.8, "hvac": 0.2}, {"0": 0.1, "1": 0.8, "2": 0.1}))
+    assert other != first                                               # answered differently: its own decision
+    assert ReviewDir(tmp_path / "rv").keep_decision(request(), answers) == first      # after a restart too
+    assert ReviewDir(tmp_path / "rv").keep_decision(request("Another unit."), answers) not in (first, other)
+    assert len(ReviewDir(tmp_path / "rv").decisions()) == 3
