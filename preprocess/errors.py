@@ -2,12 +2,15 @@
 a caller understands; what the decoding library said (errno numbers, function and class names, reprs) is kept apart
 in `raw`, for the server log only.
 
+A request with several bad items raises `MediaErrors` (every item's own error, in prompt order), so that the caller
+learns of each bad file in one answer; with one bad item, that item's error alone (`raise_media_errors`).
+
 Knows nothing of HTTP: the status codes live in `api/http/errors.py` (415 unsupported, 413 too large, 422 corrupt).
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -68,3 +71,24 @@ class CorruptMedia(MediaError):
     """The bytes claim a supported format but cannot be decoded (truncated, lying header, no frames...)."""
 
     type = "corrupt_media"
+
+
+class MediaErrors(MediaError):
+    """Two or more media items of one request cannot be used: `errors` holds each item's own typed error, in the
+    order the items were checked. A `MediaError` itself (so every `except MediaError` still catches it); its `item`
+    and `detail` are the first error's, its text names every item."""
+
+    def __init__(self, errors: Sequence[MediaError]):
+        self.errors = tuple(errors)
+        first = self.errors[0]
+        raws = [f"{error.label}: {error.raw}" for error in self.errors if error.raw]
+        super().__init__(first.item, first.detail, "; ".join(raws) or None)
+        self.args = ("; ".join(str(error) for error in self.errors),)
+
+
+def raise_media_errors(errors: Sequence[MediaError]) -> None:
+    """Nothing for none; one bad item's own error alone; `MediaErrors` for two or more."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise MediaErrors(errors)

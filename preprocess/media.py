@@ -2,7 +2,8 @@
 
 `check_request` runs on sizes alone, before anything is sniffed or decoded: item counts per slot, bytes per
 item, bytes per group (images together; audio and videos together). Every refusal is a `MediaTooLarge` that
-names the first item that broke the limit (`images[4]`, `videos[1]`) and the limit with its number.
+names the first item that broke the limit (`images[4]`, `videos[1]`) and the limit with its number; the items over
+their own byte limit are refused together (`MediaErrors`, one error each), so a caller hears of all of them at once.
 
 Knows nothing of the model, torch, HTTP or the filesystem. Sniffing and decoding live in the modality modules
 (`sniff`, `image`, `audio`, `video`); they read the per-item pixel and duration limits from `MediaLimits`.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from preprocess.errors import MediaTooLarge
+from preprocess.errors import MediaError, MediaTooLarge, raise_media_errors
 from preprocess.item import SLOTS, MediaItem
 
 MiB = 1024 * 1024
@@ -55,10 +56,9 @@ def _check_count(items: Sequence[MediaItem], slot: str, limit: int, limit_name: 
         raise MediaTooLarge(items[limit], f"{len(items)} items in `{slot}` over {limit_name}={limit}")
 
 
-def _check_item_bytes(items: Sequence[MediaItem], limit: int, limit_name: str) -> None:
-    for item in items:
-        if item.size_bytes > limit:
-            raise MediaTooLarge(item, f"{item.size_bytes} bytes over {limit_name}={limit}")
+def _items_over(items: Sequence[MediaItem], limit: int, limit_name: str) -> list[MediaError]:
+    return [MediaTooLarge(item, f"{item.size_bytes} bytes over {limit_name}={limit}")
+            for item in items if item.size_bytes > limit]
 
 
 def _check_total_bytes(items: Sequence[MediaItem], limit: int, limit_name: str) -> None:
@@ -73,15 +73,16 @@ def _check_total_bytes(items: Sequence[MediaItem], limit: int, limit_name: str) 
 def check_request(items: Sequence[MediaItem], limits: MediaLimits = MediaLimits()) -> None:
     """Refuse a request's media on counts and sizes alone (items in prompt order: images, audio, videos).
 
-    Order: counts, then bytes per item, then group totals; raises `MediaTooLarge` naming the first offender.
+    Order: counts, then bytes per item, then group totals; raises `MediaTooLarge` naming the first offender (every
+    item over its own byte limit at once: `MediaErrors` when there are several).
     """
     by_slot = {slot: [item for item in items if item.slot == slot] for slot in SLOTS}
     _check_count(by_slot["images"], "images", limits.max_images, "max_images")
     _check_count(by_slot["audio"], "audio", limits.max_audio_clips, "max_audio_clips")
     _check_count(by_slot["videos"], "videos", limits.max_videos, "max_videos")
-    _check_item_bytes(by_slot["images"], limits.max_image_bytes, "max_image_bytes")
-    _check_item_bytes(by_slot["audio"], limits.max_audio_bytes, "max_audio_bytes")
-    _check_item_bytes(by_slot["videos"], limits.max_video_bytes, "max_video_bytes")
+    raise_media_errors(_items_over(by_slot["images"], limits.max_image_bytes, "max_image_bytes")
+                       + _items_over(by_slot["audio"], limits.max_audio_bytes, "max_audio_bytes")
+                       + _items_over(by_slot["videos"], limits.max_video_bytes, "max_video_bytes"))
     _check_total_bytes(by_slot["images"], limits.max_images_total_bytes, "max_images_total_bytes")
     _check_total_bytes(by_slot["audio"] + by_slot["videos"], limits.max_audio_video_total_bytes,
                        "max_audio_video_total_bytes")

@@ -39,7 +39,7 @@ from omni.contract.errors import (
     UnknownModel,
 )
 from omni.contract.policy import PolicyError
-from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
+from preprocess.errors import CorruptMedia, MediaError, MediaErrors, MediaTooLarge, UnsupportedMedia
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ class ApiError(Exception):
 
 class Unauthorized(ApiError):
     """No Bearer key, or not one of the configured keys."""
+
+
+class Forbidden(ApiError):
+    """A known caller whose role is below the one the route needs (the message names both)."""
 
 
 class BodyTooLarge(ApiError):
@@ -90,6 +94,7 @@ _INTERNAL = "internal error; quote the request id when reporting it"
 # `cf_code`: Cloudflare's code for the same fault, as measured on Workers AI (the list is in the module docstring).
 TABLE: dict[type[Exception], Rule] = {
     Unauthorized: Rule(401, "authentication_error", 10000, headers=lambda e: {"WWW-Authenticate": "Bearer"}),
+    Forbidden: Rule(403, "permission_error", 10000),
     BodyTooLarge: Rule(413, "request_too_large", 5021),
     BodyTimeout: Rule(408, "request_timeout", 5012, headers=lambda e: {"Connection": "close"}),
     # the client hung up mid-upload: nobody reads the answer; 499 (nginx's "client closed request") keeps it out of
@@ -104,6 +109,8 @@ TABLE: dict[type[Exception], Rule] = {
     CorruptMedia: Rule(422, "corrupt_media", 5012, field=True),
     MediaTooLarge: Rule(413, "media_too_large", 5021, field=True),
     UnsupportedMedia: Rule(415, "unsupported_media", 5012, field=True),
+    # several bad items of mixed kinds (of one kind: that kind's row, `rule_for`): every entry typed as its own
+    MediaErrors: Rule(422, "media_error", 5012, field=True),
     UnknownModel: Rule(400, "api_usage_error", 5006),
     PolicyError: Rule(422, "policy_error", 5012),     # the operator's policy file no longer reads (a reload)
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
@@ -116,11 +123,14 @@ TABLE: dict[type[Exception], Rule] = {
     Exception: Rule(500, "internal_error", 5012),     # anything unexpected is a bug: 500, text never shown
 }
 
-_HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 400: "api_usage_error"}
+_HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 400: "api_usage_error", 409: "conflict"}
 
 
 def rule_for(exc: BaseException) -> Rule:
-    """The most specific row: the first class of the exception's MRO that the table names."""
+    """The most specific row: the first class of the exception's MRO that the table names. Several bad media items
+    of one kind answer as that kind does (two unsupported files: 415); mixed kinds, as `MediaErrors` (422)."""
+    if isinstance(exc, MediaErrors) and len({type(error) for error in exc.errors}) == 1:
+        return rule_for(exc.errors[0])
     for cls in type(exc).__mro__:
         if cls in TABLE:
             return TABLE[cls]
@@ -194,6 +204,8 @@ def _field_issues(exc: BaseException) -> list[dict[str, Any]]:
                 for e in exc.errors()]
     if isinstance(exc, InvalidRequest):
         return [{"loc": ["body", *i.loc], "msg": i.msg, "type": i.type} for i in exc.issues]
+    if isinstance(exc, MediaErrors):  # every bad item of the request, each at its place
+        return [issue for error in exc.errors for issue in _field_issues(error)]
     if isinstance(exc, MediaError):   # the item says where it sits and how it was sent
         return [{"loc": ["body", *exc.item.loc], "msg": exc.message, "type": exc.type}]
     return [{"loc": ["body"], "msg": str(exc), "type": "value_error"}]

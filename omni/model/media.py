@@ -8,7 +8,8 @@ sent in and encoded on its own (`preprocess.processor.encode_item`) and kept. Th
 A cache key is the item's bytes hash, its slot and everything that changes its encoding: the media limits (a hit skips
 their per-item checks), the image processor's settings and the video frame policy. Whether a video's soundtrack is
 heard is decided at assembly from the items, so it is not part of the key. Only successes are kept: a file that fails
-to decode raises its typed `MediaError` (carrying the item) every time it is sent.
+to decode raises its typed `MediaError` (carrying the item) every time it is sent. A bad item does not stop the
+others: every item is tried, and two or more bad ones raise `MediaErrors` together (one answer names them all).
 Knows nothing of HTTP, prompts or model weights.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from omni.model.cache import ByteLRU, resident_bytes
 from preprocess.align import PlaceholderIds, hear_videos
 from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ
 from preprocess.decode import decode_item
-from preprocess.errors import CorruptMedia
+from preprocess.errors import CorruptMedia, MediaError, raise_media_errors
 from preprocess.item import MediaItem
 from preprocess.loader import IMAGE_PROCESSOR_KEYS, ProcessorParts
 from preprocess.media import MediaLimits, check_request
@@ -64,20 +65,25 @@ class MediaEncoder:
         if not items:
             return RequestMedia(NO_MEDIA)
         check_request(items, self.limits)
-        digests, encodings, cached = [], [], 0
+        digests, encodings, cached, failed = [], [], 0, []
         for item in items:
             digest = hashlib.sha256(item.data).hexdigest()         # the cache key's and the audit record's
             key = (item.slot, digest, self._settings)
             encoding = self.cache.get(key) if self.cache.enabled else None
             if encoding is None:
-                encoding = encode_item(decode_item(item, self.limits, self.policy), item.slot,
-                                       self.parts.image_processor)
+                try:
+                    encoding = encode_item(decode_item(item, self.limits, self.policy), item.slot,
+                                           self.parts.image_processor)
+                except MediaError as error:    # go on: the caller hears of every bad item in one answer
+                    failed.append(error)
+                    continue
                 if self.cache.enabled:
                     self.cache.put(key, encoding, resident_bytes(encoding.patches, encoding.samples))
             else:
                 cached += 1
             digests.append(digest)
             encodings.append(encoding)
+        raise_media_errors(failed)
         _check_hearable(items, encodings)
         encoded = assemble_media(encodings, image_processor=self.parts.image_processor,
                                  feature_extractor=self.parts.feature_extractor,
