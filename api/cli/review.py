@@ -33,8 +33,10 @@ def run_review(args: argparse.Namespace) -> int:
     return run_serve(args, announce=_announce)
 
 
-def _joined(given: str | None, more: list[str]) -> str | None:
-    items = [*(given.split(",") if given else []), *more]
+def _joined(given: str | list[str] | None, more: list[str]) -> str | None:
+    """The serve flag's value (a list when repeated, each maybe a comma list) and the shortcut's, as one comma list."""
+    given_items = [part for one in ([given] if isinstance(given, str) else given or []) for part in one.split(",")]
+    items = [*given_items, *more]
     return ",".join(items) if items else None
 
 

@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 import time
+import typing
 from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -34,7 +35,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="bind address (env OMNI_HOST, default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (env OMNI_PORT, default 8000)")
     parser.add_argument("--api-keys-file", metavar="PATH",
-                        help="file with one API key per line (or env OMNI_API_KEYS=k1,k2 / OMNI_API_KEYS_FILE); "
+                        help="file with one `KEY [NAME [ROLE]]` per line, ROLE caller|reviewer|admin (bare KEY: "
+                             "admin; KEY NAME: reviewer); or env OMNI_API_KEYS=k1,k2 / OMNI_API_KEYS_FILE; "
                              "none: auth off")
     parser.add_argument("--webhook-secret-file", metavar="PATH",
                         help="file whose first line is the webhook secret (or env OMNI_WEBHOOK_SECRET / "
@@ -50,6 +52,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default = defaults.value_of(name)
         shown = ",".join(default) if isinstance(default, tuple) else default
         switch: dict[str, str] = {"nargs": "?", "const": "true"} if kind is bool else {}   # `--public-docs` = true
+        if typing.get_origin(kind) is tuple:   # a list: comma-separated, and the flag may be repeated
+            switch = {"action": "append"}
         group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None,
                            **switch,  # type: ignore[arg-type]  # nargs and const are strings, as argparse takes them
                            help=f"default: {shown}" if name != "max_body_bytes" else
@@ -92,7 +96,11 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
         if "server" in holder:
             holder["server"].should_exit = True
 
-    app = create_app(settings, on_load_failure=on_load_failure, on_loaded=_settle_heap)
+    try:
+        app = create_app(settings, on_load_failure=on_load_failure, on_loaded=_settle_heap)
+    except SettingsError as exc:   # what only the built app can check (a guidelines QUEUE= that names no queue)
+        print(f"omni serve: {exc}", file=sys.stderr)
+        return 2
     svc = app.state.service
 
     class DrainingServer(uvicorn.Server):

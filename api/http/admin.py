@@ -1,6 +1,5 @@
 """Admin routes: the policy in force (`GET /v1/admin/policy`) and its reload without a restart
-(`POST /v1/admin/policy/reload`, the same as sending the process SIGHUP). Behind the API keys like every route that
-carries data. A policy file that no longer reads is a 422 naming the key and line, and the current policy stays.
+(`POST /v1/admin/policy/reload`, the same as sending the process SIGHUP). Admin role only (api/http/identity.py). A policy file that no longer reads is a 422 naming the key and line, and the current policy stays.
 Knows nothing of the model, the engine's internals or the environment.
 """
 from __future__ import annotations
@@ -9,11 +8,11 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from api.http import schemas
-from api.http.routes import require_api_key, service
+from api.http.routes import require_role, service
 from omni.contract.policy import Policy
 
 NO_POLICY = "this server runs without a policy (start it with --policy FILE)"
-router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_role("admin"))])
 
 
 def describe(policy: Policy, reloads: int) -> dict:

@@ -27,6 +27,8 @@ from api.http import schemas
 from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
 from api.http.errors import error_payload, handled_classes
+from api.http.guidelines import Guidelines
+from api.http.guidelines import router as guidelines_router
 from api.http.metrics import Metrics
 from api.http.review import report_dirs
 from api.http.review import router as review_router
@@ -63,6 +65,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     svc = ServiceState(settings=settings, engine=engine, metrics=Metrics(), review=_review(settings, policy),
                        reports=report_dirs(settings.review_reports), decision_log=_decision_log(settings),
                        policy=policy, webhooks=webhooks)
+    svc.guidelines = Guidelines.load(settings, svc.review)   # SettingsError when a QUEUE= names no queue
     if svc.decision_log is not None:
         svc.metrics.watch_decision_log(svc.decision_log)
     if policy is not None:
@@ -99,6 +102,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     app.include_router(router)
     app.include_router(cloudflare_router)
     app.include_router(review_router)
+    app.include_router(guidelines_router)
     app.include_router(admin_router)
     if settings.ui:
         app.include_router(ui_router)
@@ -117,8 +121,9 @@ def _review(settings: Settings, policy: PolicySource | None = None) -> ReviewQue
     from omni.learn.review import ReviewDir
     from omni.learn.review_queue import ReviewQueues
 
-    return ReviewQueues(ReviewDir(settings.review_dir), list(settings.review_batches), settings.engine,
-                        policy=(lambda: policy.current) if policy is not None else None)
+    return ReviewQueues(ReviewDir(settings.review_dir, k=settings.review_k), list(settings.review_batches),
+                        settings.engine, policy=(lambda: policy.current) if policy is not None else None,
+                        max_comment_chars=settings.review_max_comment_chars)
 
 
 def _policy(settings: Settings) -> PolicySource | None:

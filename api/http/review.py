@@ -1,10 +1,14 @@
-"""Review routes (/v1/review/...): the queues, their items and media, the labels a reviewer saves, eval reports.
+"""Review routes (/v1/review/...): the queues, their items and media, what reviewers do (labels, comments, flags,
+skips, undo), agreement between them, eval reports.
 
-Behind the API keys like /v1/systemone. Queues and reports are the ones the operator named when starting the server
-(`--review-dir`, `--review-batches`, `--review-reports`); callers pick them by id and never name a path. File work
-runs in FastAPI's thread pool (plain `def` routes; the label route reads its body itself, so unreadable JSON
-is the same 422 json_invalid as on /v1/systemone). Without `--review-dir` the queue routes answer 404 saying how to
-turn them on. Knows nothing of the engine or the model; the queues' rules are `omni.learn.review_queue`'s.
+The queue routes need the reviewer role, reports and agreement the admin role (`require_role`); every action is
+recorded under the caller's name (`caller_of`). Queues and reports are the ones the operator named when starting the
+server (`--review-dir`, `--review-batches`, `--review-reports`); callers pick them by id and never name a path. File
+work runs in FastAPI's thread pool (plain `def` routes, or `anyio.to_thread` where a route reads its body itself, so
+unreadable JSON is the same 422 json_invalid as on /v1/systemone). Answers: an unknown queue, item or event 404; a bad
+label, comment, flag reason or filter 422 naming the field and the rule; an undo that would revert what is not the
+caller's last change 409 saying why. Without `--review-dir` the queue routes answer 404 saying how to turn them on.
+Knows nothing of the engine or the model; the queues' rules are `omni.learn.review_queue`'s.
 """
 from __future__ import annotations
 
@@ -16,18 +20,22 @@ from typing import TypeVar
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from api.http import schemas
-from api.http.routes import require_api_key, service
+from api.http.identity import caller_of
+from api.http.routes import require_role, service
 from omni.contract.errors import InvalidRequest
 from omni.contract.json_values import load_json
+from omni.contract.outcomes import OUTCOMES
 from omni.learn.review import label_id
-from omni.learn.review_queue import ORDERS, ReviewQueues
+from omni.learn.review_history import UndoRefused
+from omni.learn.review_queue import ORDERS, STATE_FILTERS, ItemFilter, ReviewInputError, ReviewQueues, Viewer
 
 T = TypeVar("T")
 
-router = APIRouter(prefix="/v1/review", dependencies=[Depends(require_api_key)], tags=["review"],
+router = APIRouter(prefix="/v1/review", dependencies=[Depends(require_role("reviewer"))], tags=["review"],
                    responses=schemas.REVIEW_RESPONSES)
 REPORT_FILES = ("metrics.json", "report.md")
 
@@ -47,20 +55,60 @@ def _found(call: Callable[..., T], *args: object) -> T:
         raise HTTPException(404, str(exc.args[0]) if exc.args else "not found") from None
 
 
-@router.get("/queues", response_model=schemas.ReviewQueueList, summary="the review queues: batch outputs and kept decisions")
+def _viewer(request: Request) -> Viewer:
+    """The caller as the queues see them: their name, and whether every reviewer's labels are theirs to see (an admin
+    known by key; without keys everyone is an admin, so blind labels stay blind)."""
+    caller = caller_of(request)
+    return Viewer(caller.name, sees_all=caller.role == "admin" and caller.named_by == "key")
+
+
+async def _run(call: Callable[..., T], *args: object) -> T:
+    """A queues call in the thread pool: KeyError -> 404, a bad input -> 422 at its body field, a refused undo -> 409."""
+    try:
+        return await anyio.to_thread.run_sync(_found, call, *args)
+    except ReviewInputError as exc:
+        raise InvalidRequest.one((exc.field,), str(exc)) from None
+    except UndoRefused as exc:
+        raise HTTPException(409, str(exc)) from None
+
+
+async def _body(request: Request, example: str) -> dict:
+    body = load_json(await request.body())          # unreadable JSON: 422 json_invalid, as on /v1/systemone
+    if not isinstance(body, dict):
+        raise InvalidRequest.one((), f"send a JSON object: {example}", "dict_type")
+    return body
+
+
+@router.get("/queues", response_model=schemas.ReviewQueueList,
+            summary="the review queues: batch outputs, kept decisions, disagreements (k>=2)")
 def queues(request: Request) -> dict:
     return {"queues": _queues(request).queues()}
 
 
-@router.get("/queues/{queue_id}/items", response_model=schemas.ReviewEntryList, summary="a queue's items, most uncertain first")
+@router.get("/queues/{queue_id}/items", response_model=schemas.ReviewEntryList,
+            summary="a queue's items, most uncertain first (the caller's skipped ones last), filtered")
 def items(request: Request, queue_id: str, order: str = Query("confidence", pattern="^(" + "|".join(ORDERS) + ")$"),
-          threshold: float = Query(0.9, ge=0.0, le=1.0)) -> dict:
-    return {"items": _found(_queues(request).items, queue_id, order, threshold)}
+          threshold: float = Query(0.9, ge=0.0, le=1.0),
+          question: str | None = Query(None, description="items with this question (needed by answer)"),
+          answer: str | None = Query(None, description="the model's top answer (label id) to `question`"),
+          min_confidence: float | None = Query(None, ge=0.0, le=1.0,
+                                               description="the item's confidence, or the question's with `question`"),
+          max_confidence: float | None = Query(None, ge=0.0, le=1.0),
+          outcome: str | None = Query(None, pattern="^(" + "|".join(OUTCOMES) + ")$",
+                                      description="the policy's overall outcome of a routed decision"),
+          reviewer: str | None = Query(None, description="items this reviewer labelled, commented or flagged"),
+          state: str | None = Query(None, pattern="^(" + "|".join(STATE_FILTERS) + ")$")) -> dict:
+    try:
+        where = ItemFilter(question, answer, min_confidence, max_confidence, outcome, reviewer, state)
+    except ReviewInputError as exc:
+        raise RequestValidationError([{"loc": ("query", exc.field), "msg": str(exc), "type": "value_error"}]) from None
+    return {"items": _found(_queues(request).items, queue_id, order, threshold, where, _viewer(request))}
 
 
-@router.get("/queues/{queue_id}/items/{key}", response_model=schemas.ReviewItem, summary="one item: state, questions, answers, labels, media")
+@router.get("/queues/{queue_id}/items/{key}", response_model=schemas.ReviewItem,
+            summary="one item: state, questions, answers, labels, history, comments, flags, skips, media")
 def item(request: Request, queue_id: str, key: str) -> dict:
-    return _found(_queues(request).item, queue_id, key)
+    return _found(_queues(request).item, queue_id, key, _viewer(request))
 
 
 @router.get("/queues/{queue_id}/items/{key}/media/{index}", response_class=Response,
@@ -71,7 +119,8 @@ def media(request: Request, queue_id: str, key: str, index: int) -> Response:
 
 
 @router.put("/queues/{queue_id}/items/{key}/labels", response_model=schemas.ReviewLabels,
-            summary="save labels (null clears one); saved at once", openapi_extra=schemas.REVIEW_LABELS_BODY)
+            summary="save labels (null clears one); saved at once, each change in the history",
+            openapi_extra=schemas.REVIEW_LABELS_BODY)
 async def label(request: Request, queue_id: str, key: str) -> dict:
     body = load_json(await request.body())          # unreadable JSON: 422 json_invalid, as on /v1/systemone
     labels = body.get("labels") if isinstance(body, dict) else None
@@ -85,10 +134,48 @@ async def label(request: Request, queue_id: str, key: str) -> dict:
                                                       "(choice), a level index (score), or null to clear it")
     queues = _queues(request)
     try:
-        saved = await anyio.to_thread.run_sync(_found, queues.label, queue_id, key, labels)
+        return await anyio.to_thread.run_sync(_found, queues.label, queue_id, key, labels, _viewer(request))
     except ValueError as exc:
         raise InvalidRequest.one(("labels",), str(exc)) from None
-    return {"labels": saved}
+
+
+@router.post("/queues/{queue_id}/items/{key}/comments", status_code=201, response_model=schemas.ReviewComment,
+             summary="comment on an item", openapi_extra=schemas.REVIEW_COMMENT_BODY)
+async def comment(request: Request, queue_id: str, key: str) -> dict:
+    body = await _body(request, '{"text": "…"}')
+    return await _run(_queues(request).comment, queue_id, key, body.get("text"), _viewer(request))
+
+
+@router.post("/queues/{queue_id}/items/{key}/flag", status_code=201, response_model=schemas.ReviewMark,
+             summary="flag an item for attention, with a reason", openapi_extra=schemas.REVIEW_FLAG_BODY)
+async def flag(request: Request, queue_id: str, key: str) -> dict:
+    body = await _body(request, '{"reason": "…"}')
+    return await _run(_queues(request).flag, queue_id, key, body.get("reason"), _viewer(request))
+
+
+@router.post("/queues/{queue_id}/items/{key}/skip", status_code=201, response_model=schemas.ReviewMark,
+             summary="skip an item (it goes last in the caller's list)", openapi_extra=schemas.REVIEW_SKIP_BODY)
+async def skip(request: Request, queue_id: str, key: str) -> dict:
+    body = await _body(request, '{"reason": "…"} or {}') if await request.body() else {}
+    return await _run(_queues(request).skip, queue_id, key, body.get("reason"), _viewer(request))
+
+
+@router.post("/queues/{queue_id}/items/{key}/undo", response_model=schemas.ReviewUndone,
+             responses=schemas.UNDO_RESPONSES, summary="undo the caller's own label change, flag or skip",
+             openapi_extra=schemas.REVIEW_UNDO_BODY)
+async def undo(request: Request, queue_id: str, key: str) -> dict:
+    body = await _body(request, '{"event": "e-…"}')
+    event = body.get("event")
+    if not isinstance(event, str) or not event:
+        raise InvalidRequest.one(("event",), "send {\"event\": id}: the id of your label, flag or skip event",
+                                 "string_type")
+    return await _run(_queues(request).undo, queue_id, key, event, _viewer(request))
+
+
+@router.get("/agreement", dependencies=[Depends(require_role("admin"))], response_model=schemas.ReviewAgreement,
+            summary="agreement per question: between reviewers (Cohen's or Fleiss' kappa) and with the model")
+def agreement(request: Request) -> dict:
+    return _queues(request).agreement()
 
 
 # ------------------------------------------------------------------------------------------------ reports
@@ -97,12 +184,12 @@ def report_dirs(paths: tuple[str, ...]) -> dict[str, Path]:
     return {"r-" + hashlib.sha1(str(Path(p).resolve()).encode()).hexdigest()[:10]: Path(p).resolve() for p in paths}
 
 
-@router.get("/reports", response_model=schemas.ReportList, summary="the eval reports this server shows")
+@router.get("/reports", dependencies=[Depends(require_role("admin"))], response_model=schemas.ReportList, summary="the eval reports this server shows")
 def reports(request: Request) -> dict:
     return {"reports": [{"id": rid, "name": path.name} for rid, path in service(request).reports.items()]}
 
 
-@router.get("/reports/{report_id}", response_model=schemas.Report, summary="one eval report: metrics.json, report.md, its figures")
+@router.get("/reports/{report_id}", dependencies=[Depends(require_role("admin"))], response_model=schemas.Report, summary="one eval report: metrics.json, report.md, its figures")
 def report(request: Request, report_id: str) -> dict:
     path = _report(request, report_id)
     metrics = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
@@ -111,7 +198,7 @@ def report(request: Request, report_id: str) -> dict:
             "figures": sorted(p.name for p in path.glob("*.png"))}
 
 
-@router.get("/reports/{report_id}/figures/{name}", response_class=Response, summary="a report's PNG figure")
+@router.get("/reports/{report_id}/figures/{name}", dependencies=[Depends(require_role("admin"))], response_class=Response, summary="a report's PNG figure")
 def figure(request: Request, report_id: str, name: str) -> Response:
     path = _report(request, report_id)
     figures = {p.name: p for p in path.glob("*.png")}

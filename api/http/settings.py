@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from api.http.identity import parse_key_entry
 from omni.contract.config import EngineConfig
 from preprocess.media import MediaLimits, MiB
 
@@ -32,7 +33,9 @@ class SettingsError(ValueError):
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: tuple[str, ...] = ()           # empty = auth off; a present Authorization header is then ignored
+    # empty = auth off; a present Authorization header is then ignored. Each entry a keys-file line `KEY [NAME [ROLE]]`
+    # (api/http/identity.py): a bare KEY is an admin, `KEY NAME` a reviewer
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int | None = None        # wire AND decompressed cap; None = derived from the media limits
     max_multipart_parts: int = 64
     parse_threads: int = 4                   # bounded pool for body decompression / JSON / base64 at the edge
@@ -45,6 +48,9 @@ class Settings:
     review_dir: str | None = None            # labels, kept decisions and their media; None = review off
     review_batches: tuple[str, ...] = ()     # `omni batch` outputs offered as review queues (needs review_dir)
     review_reports: tuple[str, ...] = ()     # `omni eval --out` directories shown on the workbench's Report page
+    review_k: int = 1                        # reviewers per item (1..10); >= 2: blind labels, consensus, disagreements
+    review_max_comment_chars: int = 2000     # a reviewer's comment is at most this long
+    review_guidelines: tuple[str, ...] = ()  # `[QUEUE=]FILE` markdown shown beside a queue's items (bare: all others)
     # the decision log: every decision (request with media by hash, response, audit record) appended to JSONL
     decision_log: str | None = None          # its directory; None = off
     decision_log_media: str = "store"        # store: each media content kept once, by sha256; hash-only: hashes only
@@ -103,7 +109,7 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if environ is None else environ)
-        values: dict[str, tuple[str, str]] = {}  # field -> (raw, source name)
+        values: dict[str, tuple[str | tuple[str, ...], str]] = {}  # field -> (raw or read, source name)
         unknown = []
         known = _known_fields()
         for name, raw in env.items():
@@ -124,15 +130,18 @@ class Settings:
     def with_cli(self, args: Any) -> Settings:
         """Override with argparse values (attributes named like the fields; None = flag not given)."""
         known = _known_fields()
-        given = {}
+        given: dict[str, Any] = {}
         for key, value in vars(args).items():
             if key == "api_keys_file" and value is not None:
-                given["api_keys"] = _coerce(_read_keys_file(value, "--api-keys-file"), known["api_keys"], "--api-keys-file")
+                given["api_keys"] = _read_keys_file(value, "--api-keys-file")
             elif key == "webhook_secret_file" and value is not None:
                 given["webhook_secret"] = _read_secret_file(value, "--webhook-secret-file")
             elif key in known and value is not None:
                 flag = "--" + key.replace("_", "-")
-                given[key] = _coerce(value, known[key], flag) if isinstance(value, str) else value
+                if isinstance(value, list):   # a repeated flag (tuple fields): each may be a comma list too
+                    given[key] = tuple(part for one in value for part in _coerce(one, known[key], flag))
+                else:
+                    given[key] = _coerce(value, known[key], flag) if isinstance(value, str) else value
         return self.with_values(given)
 
     def value_of(self, key: str) -> Any:
@@ -226,13 +235,29 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
         raise SettingsError(f"{source}: expected {getattr(base, '__name__', base)}, got {raw!r}") from None
 
 
-def _read_keys_file(path: str, source: str) -> str:
-    """Keys one per line (operator-provided path, e.g. a Docker secret); returned comma-joined for _coerce."""
+def _read_keys_file(path: str, source: str) -> tuple[str, ...]:
+    """One `KEY [NAME [ROLE]]` per line, `#` comment lines and blank lines skipped (an operator-provided path, e.g. a
+    Docker secret): the entries of Settings.api_keys. A bad name, an unknown role or a key given twice is a
+    SettingsError naming the file and the line (never the key)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise SettingsError(f"{source}: cannot read {path!r}: {exc.strerror}") from None
-    return ",".join(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+    except (OSError, UnicodeError) as exc:
+        raise SettingsError(f"{source}: cannot read {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    entries: list[str] = []
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            key, _, _ = parse_key_entry(text)
+        except ValueError as exc:
+            raise SettingsError(f"{source}: {path} line {number}: {exc}") from None
+        if key in first_line:
+            raise SettingsError(f"{source}: {path} line {number}: the key of line {first_line[key]} again")
+        first_line[key] = number
+        entries.append(" ".join(text.split()))
+    return tuple(entries)
 
 
 def _check(s: Settings) -> None:
@@ -248,12 +273,27 @@ def _check(s: Settings) -> None:
         raise SettingsError(f"body_timeout_s must be > 0, got {s.body_timeout_s}")
     if s.drain_timeout_s is not None and s.drain_timeout_s < 0:
         raise SettingsError(f"drain_timeout_s must be >= 0, got {s.drain_timeout_s}")
-    if any(not k for k in s.api_keys):
-        raise SettingsError("api_keys must not contain empty keys")
+    _check_api_keys(s.api_keys)
     _check_review(s)
     _check_decision_log(s)
     _check_policy(s)
     _check_cluster(s)
+
+
+def _check_api_keys(entries: tuple[str, ...]) -> None:
+    """Every entry a keys-file line (OMNI_API_KEYS' comma list: usually bare keys), no key twice; the messages name
+    the entry's place, never the key."""
+    seen: set[str] = set()
+    for number, entry in enumerate(entries, 1):
+        if not entry.strip():
+            raise SettingsError("api_keys must not contain empty keys")
+        try:
+            key, _, _ = parse_key_entry(entry)
+        except ValueError as exc:
+            raise SettingsError(f"api_keys entry {number}: {exc}") from None
+        if key in seen:
+            raise SettingsError(f"api_keys entry {number}: a key given twice")
+        seen.add(key)
 
 
 def _with_records(s: Settings) -> Settings:
@@ -309,6 +349,10 @@ def _check_policy(s: Settings) -> None:
 
 def _check_review(s: Settings) -> None:
     """Review paths name files the operator has: checked at start, so a typo is a clear error, not a 404 later."""
+    if not 1 <= s.review_k <= 10:
+        raise SettingsError(f"review_k (reviewers per item) must be 1..10, got {s.review_k}")
+    if s.review_max_comment_chars < 1:
+        raise SettingsError(f"review_max_comment_chars must be >= 1, got {s.review_max_comment_chars}")
     if s.review_batches and s.review_dir is None:
         raise SettingsError("review_batches needs review_dir: the directory the reviewers' labels are saved in")
     if s.review_dir is not None and Path(s.review_dir).exists() and not Path(s.review_dir).is_dir():
@@ -319,6 +363,51 @@ def _check_review(s: Settings) -> None:
     for path in s.review_reports:
         if not (Path(path) / "metrics.json").is_file():
             raise SettingsError(f"review_reports: {path!r} is not an `omni eval --out` directory (no metrics.json)")
+    _check_guidelines(s)
+
+
+GUIDELINES_MAX_BYTES = 256 * 1024
+GUIDELINES_FLAG = "review_guidelines (--review-guidelines)"
+
+
+def guideline_entries(entries: tuple[str, ...]) -> list[tuple[str | None, str]]:
+    """(QUEUE or None, FILE) of each `[QUEUE=]FILE` entry; an entry that is an existing file as a whole is a bare FILE
+    (a path with `=` in it)."""
+    out: list[tuple[str | None, str]] = []
+    for entry in entries:
+        queue, sep, path = entry.partition("=")
+        if not sep or Path(entry).is_file():
+            out.append((None, entry))
+        else:
+            out.append((queue.strip(), path.strip()))
+    return out
+
+
+def _check_guidelines(s: Settings) -> None:
+    """Each guidelines file is there, readable UTF-8 text and at most 256 KiB; one bare FILE and one per queue."""
+    if s.review_guidelines and s.review_dir is None:
+        raise SettingsError(f"{GUIDELINES_FLAG} needs review_dir: guidelines are shown beside the review queues")
+    seen: set[str | None] = set()
+    for queue, path in guideline_entries(s.review_guidelines):
+        if queue == "" or not path:
+            raise SettingsError(f"{GUIDELINES_FLAG}: expected [QUEUE=]FILE, got {queue or ''}={path}")
+        if queue in seen:
+            which = f"queue {queue!r}" if queue is not None else "every other queue (a FILE without QUEUE=)"
+            raise SettingsError(f"{GUIDELINES_FLAG}: two guidelines files for {which}")
+        seen.add(queue)
+        file = Path(path)
+        try:
+            size = file.stat().st_size
+            if not file.is_file():
+                raise SettingsError(f"{GUIDELINES_FLAG}: {path!r} is not a file")
+            if size > GUIDELINES_MAX_BYTES:
+                raise SettingsError(f"{GUIDELINES_FLAG}: {path!r} is {size} bytes, over the "
+                                    f"{GUIDELINES_MAX_BYTES // 1024} KiB limit")
+            file.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise SettingsError(f"{GUIDELINES_FLAG}: cannot read {path!r}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise SettingsError(f"{GUIDELINES_FLAG}: {path!r} is not UTF-8 text") from None
 
 
 def _check_cluster(s: Settings) -> None:

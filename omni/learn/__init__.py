@@ -6,7 +6,10 @@
     plots.py         reliability diagrams and confusion matrices (PNG)
     training.py      fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
     review.py        review directories: labels.jsonl (a dataset), media/ by content hash, decisions kept by a server
-    review_queue.py  review queues: batch outputs and kept decisions, most uncertain first, and the labels given
+    review_history.py  history.jsonl: every label change, comment, flag, skip and undo; the review state rebuilt from it
+    review_queue.py  review queues: batch outputs and kept decisions, most uncertain first, filters, k reviewers per
+                     item and the disagreements queue, what reviewers do there
+    agreement.py     agreement between reviewers (Cohen's, Fleiss' kappa) and with the model (numpy only)
     statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
     statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules
     statement_schema.py  the DSA Transparency Database's statement fields, value lists and limits (with sources)

@@ -1,10 +1,16 @@
-"""Review directories: the labelled dataset a review produces, the media it names, and the decisions kept for review.
+"""Review directories: the labelled dataset a review produces, who gave each label, the media it names, and the
+decisions kept for review.
 
 A review directory holds
-- `labels.jsonl`: one System One request per line with the reviewer's `labels`, in exactly the dataset format
-  `omni eval`, `omni calibrate` and `omni finetune` read (`omni.learn.dataset`), plus `x_review` (the item's key,
-  where it came from, the model's answers, which labels correct them). It is rewritten whole (atomically) on every
-  change, so a review in progress survives a crash or a restart;
+- `history.jsonl`: every reviewer action (label changes, comments, flags, skips, reverts), appended, never rewritten:
+  the truth the rest is derived from (`omni.learn.review_history`), read once at start and then kept in memory. A
+  directory made before the history existed starts one from its labels (reviewer `x_review.reviewer`, else "unknown");
+- `labels.jsonl`: one System One request per line with its `labels` (k=1: the last label given; k>=2 reviewers per
+  item: their consensus or an adjudication), in exactly the dataset format `omni eval`, `omni calibrate` and
+  `omni finetune` read (`omni.learn.dataset`), plus `x_review` (the item's key, where it came from, the model's
+  answers, which labels correct them, `labelled_by` {question: [names]}, `by_reviewer` {name: {question: label}},
+  `adjudicated` and `adjudicated_by` when any). Only items with a label have a line. It is rewritten whole
+  (atomically) on every change and made to follow the history at start, so a review in progress survives a crash;
 - `media/`: the media those lines name, content-addressed (`<sha256>.<container>`), paths relative to the directory;
 - `decisions.jsonl`: decisions a server keeps for review (`omni serve --review-dir`): the request in the same form,
   the System One response and the decision's audit record (`omni.contract.audit`), one per line, appended (the same
@@ -17,21 +23,31 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.render import render_request
 from omni.contract.types import DecisionRequest, Question
+from omni.learn.review_history import (
+    HISTORY_FILE,
+    Event,
+    ReviewHistory,
+    append_lines,
+    atomic_write,
+    new_event_id,
+    now_iso,
+)
 from preprocess.item import MediaItem
 
 REVIEW_DATASET_FILE = "labels.jsonl"
 REVIEW_MEDIA_DIR = "media"
 REVIEW_DECISIONS_FILE = "decisions.jsonl"
+REVIEW_HISTORY_FILE = HISTORY_FILE
 
 
 def dataset_path(path: str | Path) -> Path:
@@ -80,15 +96,30 @@ def label_id(value: JSONValue) -> str:
 
 # ------------------------------------------------------------------------------------------------ the directory
 class ReviewDir:
-    """One review directory. Thread-safe; every write is atomic (a temporary file renamed over the old one)."""
+    """One review directory, under k reviewers per item (k>=2: the dataset holds their consensus). Thread-safe: one
+    lock around the history, the labels and the kept decisions; every rewrite is atomic (a temporary file renamed
+    over the old one), every history line appended and flushed to disk before the labels follow."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, k: int = 1) -> None:
+        if k < 1:
+            raise ValueError(f"k (reviewers per item) must be >= 1, got {k}")
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / REVIEW_MEDIA_DIR).mkdir(exist_ok=True)
+        self.k = k
         self._lock = threading.Lock()
         self._lines = self._read_labels()          # item key -> dataset line
+        self._history = ReviewHistory(self.root / REVIEW_HISTORY_FILE, k)
+        if not self._history.exists and self._lines:       # made before the history: its labels are its start
+            self._history.start(_imported(self._lines))
         self._kept: dict[str, str] | None = None   # digest of a kept decision's request and answers -> its key
+        self._decisions: list[JSONObject] = []     # kept decisions read so far, and where the file was read to
+        self._decisions_at: tuple[int, int] = (0, 0)       # (inode, offset)
+        with self._lock:                           # the labels follow the history (a crash between the two writes)
+            known = set(self._history.item_keys())          # lines the history knows nothing of are kept as they are
+            changed = [self._derive(key) for key in list(self._lines) if key in known]    # each, not the first
+            if any(changed):
+                self._write_labels()
 
     @property
     def labels_file(self) -> Path:
@@ -98,46 +129,65 @@ class ReviewDir:
     def decisions_file(self) -> Path:
         return self.root / REVIEW_DECISIONS_FILE
 
-    def labels(self, key: str) -> dict[str, str]:
-        """The saved labels of an item, as label ids."""
+    @property
+    def history_file(self) -> Path:
+        return self.root / REVIEW_HISTORY_FILE
+
+    @contextmanager
+    def history(self) -> Iterator[ReviewHistory]:
+        """The history, read under the directory's lock (writers wait meanwhile: read what you need and leave)."""
         with self._lock:
-            line = self._lines.get(key)
-            return {q: label_id(v) for q, v in line["labels"].items()} if line else {}
+            yield self._history
+
+    def labels(self, key: str) -> dict[str, str]:
+        """The item's labels as label ids (k=1: the last given; k>=2: the consensus)."""
+        with self._lock:
+            return self._history.item(key).consensus()
 
     def reviewed(self) -> dict[str, int]:
-        """Item key -> how many of its questions carry a label."""
+        """Item key -> how many of its questions carry a label (as `labels`)."""
         with self._lock:
-            return {key: len(line["labels"]) for key, line in self._lines.items()}
+            return {key: len(labels) for key in self._history.item_keys() if (labels := self._history.item(key).consensus())}
 
     def save_labels(self, key: str, source: str, request: DecisionRequest, answers: dict[str, JSONObject],
                     changes: dict[str, str | None],
-                    finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None = None,
-                    ) -> dict[str, str]:
-        """Set (label id) or clear (None) labels of the item `key`; the dataset line is rewritten at once.
-        `finalize(labels)` gives the decision's final outcome under its policy, recorded with the labels
-        (`x_review.final_outcome`). Returns the item's labels. ValueError for an unknown question or answer."""
+                    finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None = None, *,
+                    reviewer: str = "anonymous", queue: str = "") -> list[Event]:
+        """Set (label id) or clear (None) labels of the item `key` as `reviewer` in `queue`; one history event per
+        question whose value changes (returned), then the dataset line is rewritten at once. `finalize(labels)` gives
+        the decision's final outcome under its policy, recorded with the labels (`x_review.final_outcome`).
+        ValueError for an unknown question or answer (nothing is saved then)."""
         questions = {q.id: q for q in request.questions}
-        values: dict[str, bool | int | str | None] = {}
+        ids: dict[str, str | None] = {}
         for qid, label in changes.items():
             if qid not in questions:
                 raise ValueError(f"{qid!r} is not a question of this item ({', '.join(questions)})")
-            values[qid] = None if label is None else label_value(questions[qid], label)
-        entries = [self.store_media(item) for item in request.media]
+            ids[qid] = None if label is None else label_id(label_value(questions[qid], label))
         with self._lock:
-            line = self._lines.get(key) or {**render_request(request, entries), "labels": {}}
-            labels = {q: v for q, v in {**line["labels"], **values}.items() if v is not None}
-            model = {qid: top_answer(a) for qid, a in answers.items() if qid in questions}
-            line.update(labels=labels, x_review={
-                "key": key, "source": source, "model": model, "reviewed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                          time.gmtime()),
-                "corrected": sorted(q for q, v in labels.items() if label_id(v) != model.get(q)),
-                **({"final_outcome": final} if finalize is not None and (final := finalize(labels)) else {})})
-            if labels:
-                self._lines[key] = line
-            else:
-                self._lines.pop(key, None)
-            self._write_labels()
-            return {q: label_id(v) for q, v in labels.items()}
+            events = self._history.label(key, queue, reviewer, ids)
+            if events:
+                self._update_line(key, source, request, answers, finalize)
+            return events
+
+    def undo(self, key: str, source: str, request: DecisionRequest, answers: dict[str, JSONObject], event_id: str,
+             finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None = None, *,
+             reviewer: str = "anonymous", queue: str = "") -> Event:
+        """Revert `reviewer`'s own label, flag or skip event on the item (the dataset line follows); the revert
+        event. KeyError: no such event on the item; UndoRefused (omni.learn.review_history): not theirs, already
+        undone, not undoable, or a label changed since (the message says by whom)."""
+        with self._lock:
+            event = self._history.undo(key, queue, reviewer, event_id)
+            if event.question is not None:
+                self._update_line(key, source, request, answers, finalize)
+            return event
+
+    def note(self, key: str, action: str, said: str | None, *, reviewer: str = "anonymous", queue: str = "") -> Event:
+        """A comment (`said` its text), flag or skip (`said` its reason) on the item; its history event."""
+        with self._lock:
+            if action == "comment":
+                assert said is not None
+                return self._history.comment(key, queue, reviewer, said)
+            return self._history.mark(key, queue, reviewer, action, said)
 
     def store_media(self, item: MediaItem) -> str:
         """Write the item's bytes under media/ (once per content); its path relative to the directory."""
@@ -147,7 +197,7 @@ class ReviewDir:
         name = f"{REVIEW_MEDIA_DIR}/{digest}.{sniff(item).container}"
         path = self.root / name
         if not path.exists():
-            _atomic_write(path, item.data)
+            atomic_write(path, item.data)
         return name
 
     def keep_decision(self, request: DecisionRequest, response: JSONObject, audit: JSONObject | None = None,
@@ -158,14 +208,13 @@ class ReviewDir:
         digest = kept_digest(body, response)
         with self._lock:
             if self._kept is None:                   # what is kept already, read once
-                self._kept = {kept_digest(r["request"], r["response"]): str(r["key"]) for r in self.decisions()}
+                self._kept = {kept_digest(r["request"], r["response"]): str(r["key"]) for r in self._read_decisions()}
             if digest in self._kept:                 # the same request answered the same way: kept once
                 return self._kept[digest]
             key = f"d-{uuid.uuid4().hex[:16]}"
             kept = {"key": key, "request": body, "response": response,
                     **({"audit": audit} if audit is not None else {}), **({"x_route": route} if route is not None else {})}
-            with open(self.decisions_file, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(kept, ensure_ascii=False) + "\n")
+            append_lines(self.decisions_file, [json.dumps(kept, ensure_ascii=False)], sync=False)
             self._kept[digest] = key
             return key
 
@@ -183,18 +232,81 @@ class ReviewDir:
         return out
 
     def decisions(self) -> list[JSONObject]:
-        """Every kept decision ({key, request, response}); a torn last line (a crash mid-write) is skipped."""
-        if not self.decisions_file.exists():
-            return []
-        kept = []
-        for text in self.decisions_file.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and {"key", "request", "response"} <= record.keys():
-                kept.append(record)
-        return kept
+        """Every kept decision ({key, request, response}); a torn last line (a crash mid-write) is skipped. The file
+        is read once, then only what was appended since."""
+        with self._lock:
+            return list(self._read_decisions())
+
+    def _read_decisions(self) -> list[JSONObject]:
+        try:
+            stat = self.decisions_file.stat()
+        except FileNotFoundError:
+            self._decisions, self._decisions_at = [], (0, 0)
+            return self._decisions
+        inode, offset = self._decisions_at
+        if stat.st_ino != inode or stat.st_size < offset:          # another file, or a shorter one: read it anew
+            self._decisions, offset = [], 0
+        if stat.st_size > offset:
+            with open(self.decisions_file, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(stat.st_size - offset)
+            whole = data.rfind(b"\n") + 1                           # a torn last line waits (or stays skipped)
+            for text in data[:whole].split(b"\n"):
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and {"key", "request", "response"} <= record.keys():
+                    self._decisions.append(record)
+            offset += whole
+        self._decisions_at = (stat.st_ino, offset)
+        return self._decisions
+
+    def _update_line(self, key: str, source: str, request: DecisionRequest, answers: dict[str, JSONObject],
+                     finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None) -> None:
+        """The item's dataset line after a change of its labels; the labels file rewritten (lock held)."""
+        line = self._lines.get(key) or render_request(request, [self.store_media(item) for item in request.media])
+        questions = {q.id for q in request.questions}
+        line["x_review"] = {**(line.get("x_review") or {}), "key": key, "source": source,
+                            "model": {qid: top_answer(a) for qid, a in answers.items() if qid in questions},
+                            "reviewed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._lines[key] = line
+        self._derive(key, finalize)
+        self._write_labels()
+
+    def _derive(self, key: str,
+                finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None = None) -> bool:
+        """Set the item's dataset line from its history: its labels and who gave them (`x_review.labelled_by`,
+        `by_reviewer`, `adjudicated`); no label, no line. Whether the line changed (lock held)."""
+        line = self._lines[key]
+        item = self._history.item(key)
+        kinds = {qid: q.get("type") for qid, q in (line.get("questions") or {}).items() if isinstance(q, dict)}
+
+        def values(labels: dict[str, str]) -> dict[str, bool | int | str]:
+            return {q: _dataset_value(kinds[q], label) for q, label in labels.items() if q in kinds}
+
+        labels = values(item.consensus())
+        if not labels:
+            del self._lines[key]
+            return True
+        review = dict(line.get("x_review") or {})
+        model = review.get("model") if isinstance(review.get("model"), dict) else {}
+        assert isinstance(model, dict)
+        review.update(corrected=sorted(q for q, v in labels.items() if label_id(v) != model.get(q)),
+                      labelled_by={q: names for q, names in item.labelled_by().items() if q in labels},
+                      by_reviewer={name: values(given) for name, given in item.by_reviewer().items()})
+        for name in ("adjudicated", "adjudicated_by"):
+            review.pop(name, None)
+        if adjudicated := item.adjudicated():
+            review.update(adjudicated=values(adjudicated), adjudicated_by=item.adjudicated_by())
+        if finalize is not None:
+            final = finalize(labels)
+            review.pop("final_outcome", None)
+            if final:
+                review["final_outcome"] = final
+        changed = labels != line.get("labels") or review != line.get("x_review")
+        self._lines[key] = {**line, "labels": labels, "x_review": review}
+        return changed
 
     def _read_labels(self) -> dict[str, JSONObject]:
         lines: dict[str, JSONObject] = {}
@@ -208,20 +320,34 @@ class ReviewDir:
 
     def _write_labels(self) -> None:
         text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in self._lines.values())
-        _atomic_write(self.labels_file, text.encode("utf-8"))
+        atomic_write(self.labels_file, text.encode("utf-8"))
+
+
+def _imported(lines: dict[str, JSONObject]) -> list[Event]:
+    """The labels of a review directory made before the history existed, as the events that would have given them:
+    by `x_review.reviewer` (else "unknown"), at `x_review.reviewed_at` (else now), in the queue "imported"."""
+    events = []
+    for key, line in lines.items():
+        review = line.get("x_review") if isinstance(line.get("x_review"), dict) else {}
+        assert isinstance(review, dict)
+        reviewer = review.get("reviewer") if isinstance(review.get("reviewer"), str) else "unknown"
+        at = review.get("reviewed_at") if isinstance(review.get("reviewed_at"), str) else now_iso()
+        labels = line.get("labels") if isinstance(line.get("labels"), dict) else {}
+        assert isinstance(labels, dict)
+        for question, value in labels.items():
+            events.append(Event(new_event_id(), str(at), str(reviewer), "imported", key, "label", question, None,
+                                label_id(value)))
+    return events
+
+
+def _dataset_value(kind: JSONValue, label: str) -> bool | int | str:
+    """A label id as the dataset writes it, by its question's type."""
+    if kind == "noul":
+        return label == "true"
+    return int(label) if kind == "score" and label.lstrip("-").isdigit() else label
 
 
 def kept_digest(request: JSONValue, response: JSONValue) -> str:
     """What makes two kept decisions the same: the request as kept (media by content) and the answers given."""
     answers = response.get("answers") if isinstance(response, dict) else None
     return hashlib.sha256(json.dumps([request, answers], sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-

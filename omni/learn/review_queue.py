@@ -1,41 +1,119 @@
-"""Review queues: decisions to look at again, most uncertain first, and the labels a reviewer gives them.
+"""Review queues: decisions to look at again, most uncertain first, and what reviewers do with them.
 
 A queue is a source of decided requests: a batch output (`omni batch … --out OUT.jsonl`: each answered line, its
 request read from the batch's input file), the decisions a server kept in its review directory, or (under a policy)
 the decisions the policy sent to review, each with its reasons; a reviewer's labels there give the decision its final
 outcome, recorded with the labels. Items are ordered
 by uncertainty: the lowest confidence first (an item's confidence is its least confident question's top
-probability), or nearest to an auto-decision threshold first. Labels go to the one review directory (`ReviewDir`),
-keyed by the item, so they are found again after a restart, and an item already labelled can be shown as done.
+probability), or nearest to an auto-decision threshold first; the items a reviewer skipped go last in their list.
+A list can be filtered by question, the model's answer, confidence, policy outcome, reviewer and state.
+Labels, comments, flags, skips and undos go to the one review directory (`ReviewDir`), keyed by the item, so they are
+found again after a restart. With k reviewers per item (k>=2) each reviewer labels blind (sees their own labels and
+their own history), an item is done once k reviewers labelled every question, and a queue "disagreements" lists the
+items of every queue where reviewers' labels differ: a label given there is an adjudication, final.
 Sources are named by the operator (flags), never by an HTTP caller: a queue id or item key that is not listed is
-KeyError, and no path from a caller is ever opened.
-Knows nothing of HTTP, the engine or the model.
+KeyError, and no path from a caller is ever opened. Who is asking (`Viewer`) is told by the caller of these methods.
+Knows nothing of HTTP, roles, the engine or the model.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from omni.contract.batch_file import read_batch_output
 from omni.contract.config import EngineConfig
 from omni.contract.json_values import JSONObject, JSONValue
-from omni.contract.outcomes import final_outcome
+from omni.contract.outcomes import OUTCOMES, final_outcome
 from omni.contract.policy import Policy
 from omni.contract.render import render_question
 from omni.contract.types import DecisionRequest
+from omni.learn.agreement import question_agreement
 from omni.learn.dataset import parse_request_line
 from omni.learn.review import ReviewDir, answer_confidence, top_answer
+from omni.learn.review_history import ADJUDICATION_QUEUE, MAX_REASON_CHARS, STATES, ItemState, ReviewHistory
 
 BROWSER_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
                  "bmp": "image/bmp", "wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
                  "ogg": "audio/ogg", "aac": "audio/aac", "m4a": "audio/mp4", "mp4": "video/mp4",
                  "mov": "video/quicktime", "webm": "video/webm", "matroska": "video/x-matroska"}
 ORDERS = ("confidence", "threshold")
+STATE_FILTERS = (*STATES, "flagged")
+DISAGREEMENTS = ADJUDICATION_QUEUE
 PREVIEW_CHARS = 160
 MAX_FAILURES_SHOWN = 50           # a batch's failed lines listed with its queue (all are counted)
+DEFAULT_MAX_COMMENT_CHARS = 2000
+
+
+class ReviewInputError(ValueError):
+    """A filter, comment, flag or skip a reviewer cannot give as it is; `field` names what, the message the rule."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who asks: the name every action is recorded under, and whether they may see every reviewer's labels of an
+    item (`by_reviewer`, whole histories) outside the disagreements queue."""
+
+    name: str = "anonymous"
+    sees_all: bool = False
+
+
+@dataclass(frozen=True)
+class ItemFilter:
+    """Which items of a queue a list shows (every field optional; given ones must all hold).
+    `answer` is the model's top answer (label id) to `question`; the confidence bounds apply to the question's
+    confidence when `question` is given, else the item's; `outcome` is a routed decision's overall policy outcome;
+    `reviewer` keeps the items they labelled, commented or flagged; `state` is unlabelled, partly, done or flagged."""
+
+    question: str | None = None
+    answer: str | None = None
+    min_confidence: float | None = None
+    max_confidence: float | None = None
+    outcome: str | None = None
+    reviewer: str | None = None
+    state: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.answer is not None and self.question is None:
+            raise ReviewInputError("answer", "answer filters the model's answer to a question: give question too")
+        for name in ("min_confidence", "max_confidence"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ReviewInputError(name, f"{name} is a probability: 0..1, got {value}")
+        if self.min_confidence is not None and self.max_confidence is not None \
+                and self.min_confidence > self.max_confidence:
+            raise ReviewInputError("min_confidence", f"min_confidence {self.min_confidence} is above max_confidence "
+                                                     f"{self.max_confidence}")
+        if self.outcome is not None and self.outcome not in OUTCOMES:
+            raise ReviewInputError("outcome", f"outcome is one of {', '.join(OUTCOMES)}, not {self.outcome!r}")
+        if self.state is not None and self.state not in STATE_FILTERS:
+            raise ReviewInputError("state", f"state is one of {', '.join(STATE_FILTERS)}, not {self.state!r}")
+
+    def keeps(self, record: Decided, item: ItemState, state: str) -> bool:
+        if self.question is not None:
+            answer = record.answers.get(self.question)
+            if answer is None or self.answer is not None and top_answer(answer) != self.answer:
+                return False
+            confidence = answer_confidence(answer)
+        else:
+            confidence = record.confidence
+        if self.min_confidence is not None and confidence < self.min_confidence - 1e-12:
+            return False
+        if self.max_confidence is not None and confidence > self.max_confidence + 1e-12:
+            return False
+        if self.outcome is not None and record.outcome != self.outcome:
+            return False
+        if self.reviewer is not None and not item.touched_by(self.reviewer):
+            return False
+        return self.state is None or (item.flagged() if self.state == "flagged" else state == self.state)
 
 
 @dataclass(frozen=True)
@@ -47,14 +125,28 @@ class Decided:
     root: Path
     answers: dict[str, JSONObject]
     route: JSONObject | None = None          # a policy's routing: queue, reasons, x_outcome
+    outcome: str | None = None               # the policy's overall outcome (act, review, pass), when one decided
 
-    @property
+    @cached_property
     def confidence(self) -> float:
         return min((answer_confidence(a) for a in self.answers.values()), default=1.0)
 
+    @property
+    def questions(self) -> list[str]:
+        return list(self.answers)
+
+
+def _overall(*outcomes: JSONValue) -> str | None:
+    """The overall outcome of the first `x_outcome` given."""
+    for outcome in outcomes:
+        if isinstance(outcome, dict) and isinstance(outcome.get("overall"), str):
+            return outcome["overall"]
+    return None
+
 
 class BatchSource:
-    """The answered lines of a batch output; requests come from the batch's input file."""
+    """The answered lines of a batch output; requests come from the batch's input file. Read again only when the
+    output file changed."""
 
     kind = "batch"
 
@@ -62,6 +154,7 @@ class BatchSource:
         self.path = Path(out_path).resolve()
         self.id = "b-" + hashlib.sha1(str(self.path).encode()).hexdigest()[:10]
         self.name = self.path.name
+        self._read: tuple[tuple[int, int, int], list[Decided]] | None = None
 
     def failures(self) -> list[JSONObject]:
         """The batch's lines that got an error record: line, status and what the error says (first issue)."""
@@ -81,6 +174,13 @@ class BatchSource:
         return failed
 
     def records(self) -> list[Decided]:
+        try:
+            stat = self.path.stat()
+            version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        except FileNotFoundError:
+            version = (0, 0, 0)
+        if self._read is not None and self._read[0] == version:
+            return self._read[1]
         decided: list[Decided] = []
         inputs: dict[Path, list[str]] = {}
         for line, record in sorted(read_batch_output(self.path).items()):
@@ -90,7 +190,10 @@ class BatchSource:
             if source not in inputs:
                 inputs[source] = source.read_text(encoding="utf-8").split("\n")   # numbered as `omni batch` does
             body = json.loads(inputs[source][line - 1])
-            decided.append(Decided(f"{self.id}-{line}", body, source.parent, record["response"].get("answers", {})))
+            response = record["response"]
+            decided.append(Decided(f"{self.id}-{line}", body, source.parent, response.get("answers", {}),
+                                   outcome=_overall(response.get("x_outcome"))))
+        self._read = (version, decided)
         return decided
 
 
@@ -102,15 +205,27 @@ class KeptSource:
         self.review_dir, self.routed = review_dir, routed
         self.kind = self.id = "policy" if routed else "kept"
         self.name = "to review (policy)" if routed else "kept decisions"
+        self._decided: list[Decided] = []          # built from the kept decisions read so far
+        self._last: JSONObject | None = None        # the last kept decision read (the file is appended to)
+        self._count = 0
+        self._lock = threading.Lock()
 
     def records(self) -> list[Decided]:
-        decided = []
-        for r in self.review_dir.decisions():
-            route = r.get("x_route")
-            if isinstance(route, dict) is self.routed:
-                decided.append(Decided(r["key"], r["request"], self.review_dir.root, r["response"].get("answers", {}),
-                                       route if isinstance(route, dict) else None))
-        return decided
+        """The kept decisions of this source; only those kept since the last call are read."""
+        with self._lock:
+            kept = self.review_dir.decisions()
+            if len(kept) < self._count or self._count and kept[self._count - 1] is not self._last:
+                self._decided, self._count = [], 0                       # another file: read it anew
+            for r in kept[self._count:]:
+                route = r.get("x_route")
+                if isinstance(route, dict) is self.routed:
+                    route = route if isinstance(route, dict) else None
+                    self._decided.append(Decided(r["key"], r["request"], self.review_dir.root,
+                                                 r["response"].get("answers", {}), route,
+                                                 _overall(route.get("x_outcome") if route else None,
+                                                          r["response"].get("x_outcome"))))
+            self._count, self._last = len(kept), kept[-1] if kept else None
+            return list(self._decided)
 
 
 ReviewSource = BatchSource | KeptSource
@@ -121,11 +236,14 @@ class ReviewQueues:
 
     def __init__(self, review_dir: ReviewDir, batch_outputs: Sequence[str | Path] = (),
                  config: EngineConfig | None = None, keep_decisions: bool = True,
-                 policy: Callable[[], Policy | None] | None = None) -> None:
-        """`policy` (the policy in force, read at each label) adds the queue of decisions it sent to review."""
+                 policy: Callable[[], Policy | None] | None = None,
+                 max_comment_chars: int = DEFAULT_MAX_COMMENT_CHARS) -> None:
+        """`policy` (the policy in force, read at each label) adds the queue of decisions it sent to review. The
+        number of reviewers per item is the review directory's (`review_dir.k`)."""
         self.review_dir = review_dir
         self.config = config or EngineConfig()
         self.policy = policy
+        self.max_comment_chars = max_comment_chars
         sources: list[ReviewSource] = [BatchSource(p) for p in batch_outputs]
         if policy is not None:
             sources.append(KeptSource(review_dir, routed=True))
@@ -133,33 +251,64 @@ class ReviewQueues:
             sources.append(KeptSource(review_dir))
         self.sources = {s.id: s for s in sources}
 
+    @property
+    def k(self) -> int:
+        return self.review_dir.k
+
+    # ---------------------------------------------------------------- reading
     def queues(self) -> list[JSONObject]:
-        """Each queue with its items and how many are reviewed: every question labelled (a partly labelled item is
-        not); a batch's queue also says which of its lines failed (they have no item to review)."""
-        reviewed = self.review_dir.reviewed()
+        """Each queue with its items, how many are done (every question labelled by k reviewers; a partly labelled
+        item is not) and k; a batch's queue also says which of its lines failed (they have no item to review).
+        With k>=2 the disagreements queue comes last."""
+        listed = [(source, source.records(), source.failures() if isinstance(source, BatchSource) else [])
+                  for source in self.sources.values()]
         out: list[JSONObject] = []
-        for source in self.sources.values():
-            records = source.records()
-            failures = source.failures() if isinstance(source, BatchSource) else []
-            out.append({"id": source.id, "kind": source.kind, "name": source.name, "items": len(records),
-                        "reviewed": sum(1 for r in records if reviewed.get(r.key, 0) >= len(r.answers)),
-                        "failed": len(failures), "failures": failures[:MAX_FAILURES_SHOWN]})
+        with self.review_dir.history() as history:
+            for source, records, failures in listed:
+                done = sum(1 for r in records if history.item(r.key).state(r.questions) == "done")
+                out.append({"id": source.id, "kind": source.kind, "name": source.name, "items": len(records),
+                            "reviewed": done, "failed": len(failures), "failures": failures[:MAX_FAILURES_SHOWN],
+                            "k": self.k})
+            if self.k >= 2:
+                disagreeing = {r.key for _, records, _ in listed for r in records if history.item(r.key).disagreements()}
+                out.append({"id": DISAGREEMENTS, "kind": DISAGREEMENTS, "name": DISAGREEMENTS,
+                            "items": len(disagreeing), "reviewed": 0, "failed": 0, "failures": [], "k": self.k})
         return out
 
-    def items(self, queue_id: str, order: str = "confidence", threshold: float = 0.9) -> list[JSONObject]:
-        """The queue's items, most uncertain first; each with how many of its questions are labelled."""
+    def items(self, queue_id: str, order: str = "confidence", threshold: float = 0.9,
+              where: ItemFilter | None = None, viewer: Viewer | None = None) -> list[JSONObject]:
+        """The queue's items that `where` keeps, most uncertain first, the ones `viewer` skipped last; each with how
+        many of its questions carry a label the viewer sees (k>=2: their own), its state and who labelled it."""
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}")
-        reviewed = self.review_dir.reviewed()
-        records = self._source(queue_id).records()
+        viewer = viewer or Viewer()
+        where = where or ItemFilter()
+        records = self._records(queue_id)
         rank = (lambda r: r.confidence) if order == "confidence" else (lambda r: abs(r.confidence - threshold))
-        return [{"key": r.key, "confidence": round(r.confidence, 6), "questions": len(r.answers),
-                 "labelled": reviewed.get(r.key, 0), "preview": _preview(r.body.get("state"))}
-                for r in sorted(records, key=rank)]
+        entries: list[tuple[bool, JSONObject]] = []
+        with self.review_dir.history() as history:
+            for r in sorted(records, key=rank):
+                item = history.item(r.key)
+                if queue_id == DISAGREEMENTS and not item.disagreements():
+                    continue
+                state = item.state(r.questions)
+                if not where.keeps(r, item, state):
+                    continue
+                seen = self._seen_labels(item, queue_id, viewer)
+                skipped = item.skipped_by(viewer.name)
+                entries.append((skipped, {
+                    "key": r.key, "confidence": round(r.confidence, 6), "questions": len(r.answers),
+                    "labelled": sum(1 for q in r.questions if q in seen), "preview": _preview(r.body.get("state")),
+                    "state": state, "flagged": item.flagged(), "reviewers": item.reviewers(), "outcome": r.outcome,
+                    "skipped": skipped}))
+        return [entry for skipped, entry in sorted(entries, key=lambda e: e[0])]      # stable: skipped ones last
 
-    def item(self, queue_id: str, key: str) -> JSONObject:
-        """Everything the page shows of one item: state, questions, the model's answers, saved labels, media."""
-        record, request = self._decided(queue_id, key)
+    def item(self, queue_id: str, key: str, viewer: Viewer | None = None) -> JSONObject:
+        """Everything the page shows of one item: state, questions, the model's answers, labels (k>=2 outside the
+        disagreements queue: the viewer's own), who labelled, the consensus, label history, comments, flags, skips,
+        media."""
+        viewer = viewer or Viewer()
+        record, request, _ = self._decided(queue_id, key)
         from preprocess.sniff import sniff
 
         questions = [{"id": q.id, "type": q.type, "instructions": q.instructions,
@@ -168,8 +317,10 @@ class ReviewQueues:
                      for q in request.questions]
         media = [{"index": i, "slot": m.slot, "kind": m.kind, "type": BROWSER_TYPES.get(sniff(m).container)}
                  for i, m in enumerate(request.media)]
+        with self.review_dir.history() as history:
+            review = self._review_of(history.item(key), queue_id, viewer, [q.id for q in request.questions])
         return {"key": key, "state": request.state, "questions": questions, "answers": record.answers,
-                "confidence": record.confidence, "labels": self.review_dir.labels(key), "media": media,
+                "confidence": record.confidence, "media": media, **review,
                 **({"reasons": record.route.get("reasons", []), "x_outcome": record.route.get("x_outcome")}
                    if record.route is not None else {})}
 
@@ -177,34 +328,166 @@ class ReviewQueues:
         """The bytes of an item's media item and the type a browser plays it as."""
         from preprocess.sniff import sniff
 
-        _, request = self._decided(queue_id, key)
+        _, request, _ = self._decided(queue_id, key)
         if not 0 <= index < len(request.media):
             raise KeyError(f"item {key} has no media item {index}")
         item = request.media[index]
         return item.data, BROWSER_TYPES.get(sniff(item).container, "application/octet-stream")
 
-    def label(self, queue_id: str, key: str, changes: dict[str, str | None]) -> dict[str, str]:
-        """Save a reviewer's labels (None clears one); the item's labels after the change."""
-        record, request = self._decided(queue_id, key)
+    def agreement(self) -> JSONObject:
+        """How often reviewers agree, per question (Cohen's kappa for two reviewers, Fleiss' for more), and how often
+        the model's answer is the reviewers' label; over every item of every queue that reviewers labelled."""
+        models = {r.key: r.answers for source in self.sources.values() for r in source.records()}
+        given: dict[str, list[tuple[list[tuple[str, str]], str | None]]] = {}
+        with self.review_dir.history() as history:
+            for key in history.item_keys():
+                item = history.item(key)
+                answers = models.get(key, {})
+                for question in item.questions():
+                    labels = item.reviewer_labels(question)
+                    if labels:
+                        model = top_answer(answers[question]) if question in answers else None
+                        given.setdefault(question, []).append((labels, model))
+        return {"k": self.k, "questions": {q: question_agreement([labels for labels, _ in items],
+                                                                  [model for _, model in items], self.k)
+                                           for q, items in sorted(given.items())}}
+
+    # ---------------------------------------------------------------- acting
+    def label(self, queue_id: str, key: str, changes: dict[str, str | None],
+              viewer: Viewer | None = None) -> JSONObject:
+        """Save a reviewer's labels (None clears one): {"labels": the item's labels as the viewer sees them after
+        the change, "events": the ids of the history events, one per question whose value changed, "review_state":
+        the item's state after it}. In the disagreements queue a label is an adjudication."""
+        viewer = viewer or Viewer()
+        record, request, source = self._decided(queue_id, key)
+        events = self.review_dir.save_labels(key, source.name, request, record.answers, changes,
+                                             self._finalize(record), reviewer=viewer.name, queue=queue_id)
+        with self.review_dir.history() as history:
+            item = history.item(key)
+            return {"labels": self._seen_labels(item, queue_id, viewer), "events": [e.id for e in events],
+                    "review_state": item.state(record.questions)}
+
+    def comment(self, queue_id: str, key: str, text: object, viewer: Viewer | None = None) -> JSONObject:
+        """Add a comment ({id, text, reviewer, at}). ReviewInputError: no text, or longer than max_comment_chars."""
+        if not isinstance(text, str) or not text.strip():
+            raise ReviewInputError("text", "a comment needs text: send {\"text\": \"…\"} with at least one character "
+                                           "that is not a space")
+        text = text.strip()
+        if len(text) > self.max_comment_chars:
+            raise ReviewInputError("text", f"a comment is at most {self.max_comment_chars} characters; this one has "
+                                           f"{len(text)}")
+        return self._note(queue_id, key, "comment", text, viewer)
+
+    def flag(self, queue_id: str, key: str, reason: object, viewer: Viewer | None = None) -> JSONObject:
+        """Flag the item for attention ({id, reason, reviewer, at}); the reason is required (1..500 characters)."""
+        return self._note(queue_id, key, "flag", _reason(reason, required=True), viewer)
+
+    def skip(self, queue_id: str, key: str, reason: object = None, viewer: Viewer | None = None) -> JSONObject:
+        """Skip the item (it goes last in the viewer's list); the reason is optional (at most 500 characters)."""
+        return self._note(queue_id, key, "skip", _reason(reason, required=False), viewer)
+
+    def undo(self, queue_id: str, key: str, event_id: str, viewer: Viewer | None = None) -> JSONObject:
+        """Revert the viewer's own label, flag or skip event: {"labels", "flags", "skips", "event": the revert's
+        id, "review_state"}. KeyError: no such event on the item; UndoRefused: someone else's, already undone, not undoable, or a
+        label changed since."""
+        viewer = viewer or Viewer()
+        record, request, source = self._decided(queue_id, key)
+        event = self.review_dir.undo(key, source.name, request, record.answers, event_id, self._finalize(record),
+                                     reviewer=viewer.name, queue=queue_id)
+        with self.review_dir.history() as history:
+            item = history.item(key)
+            return {"labels": self._seen_labels(item, queue_id, viewer), "flags": [e.note() for e in item.flags.values()],
+                    "skips": [e.note() for e in item.skips.values()], "event": event.id,
+                    "review_state": item.state(record.questions)}
+
+    # ---------------------------------------------------------------- inside
+    def _note(self, queue_id: str, key: str, action: str, said: str | None, viewer: Viewer | None) -> JSONObject:
+        self._decided(queue_id, key)                      # KeyError for an item not in the queue
+        return self.review_dir.note(key, action, said, reviewer=(viewer or Viewer()).name, queue=queue_id).note()
+
+    def _finalize(self, record: Decided) -> Callable[[dict[str, bool | int | str]], JSONObject] | None:
         automatic = record.route.get("x_outcome") if record.route is not None else None
         policy = self.policy() if self.policy is not None else None
-        finalize = None
-        if isinstance(automatic, dict) and policy is not None:
-            def finalize(labels: dict[str, bool | int | str]) -> JSONObject:
-                return final_outcome(policy, automatic, labels)
-        return self.review_dir.save_labels(key, self._source(queue_id).name, request, record.answers, changes,
-                                           finalize)
+        if not isinstance(automatic, dict) or policy is None:
+            return None
+
+        def finalize(labels: dict[str, bool | int | str]) -> JSONObject:
+            return final_outcome(policy, automatic, labels)
+        return finalize
+
+    def _seen_labels(self, item: ItemState, queue_id: str, viewer: Viewer) -> dict[str, str]:
+        """The labels the viewer is shown: the item's (k=1, or in the disagreements queue), else their own."""
+        return item.consensus() if self.k == 1 or queue_id == DISAGREEMENTS else item.own(viewer.name)
+
+    def _review_of(self, item: ItemState, queue_id: str, viewer: Viewer, questions: list[str]) -> JSONObject:
+        """What the item's API answer says of its review, as the viewer may see it (lock held)."""
+        open_view = self.k == 1 or queue_id == DISAGREEMENTS or viewer.sees_all
+        review: JSONObject = {
+            "labels": self._seen_labels(item, queue_id, viewer), "labelled_by": item.labelled_by(),
+            "consensus": item.consensus(), "k": self.k, "review_state": item.state(questions),
+            "flagged": item.flagged(),
+            "history": item.changes(None if open_view else viewer.name), "comments": item.comments(),
+            "flags": [e.note() for e in item.flags.values()], "skips": [e.note() for e in item.skips.values()]}
+        if queue_id == DISAGREEMENTS or viewer.sees_all:
+            review["by_reviewer"] = item.by_reviewer()
+        if queue_id == DISAGREEMENTS:
+            review["disagreements"] = item.disagreements()
+        return review
 
     def _source(self, queue_id: str) -> ReviewSource:
         if queue_id not in self.sources:
             raise KeyError(f"no review queue {queue_id!r}")
         return self.sources[queue_id]
 
-    def _decided(self, queue_id: str, key: str) -> tuple[Decided, DecisionRequest]:
-        record = next((r for r in self._source(queue_id).records() if r.key == key), None)
-        if record is None:
+    def _records(self, queue_id: str) -> list[Decided]:
+        """The queue's items (the disagreements queue: every queue's, each key once; `items` keeps those that
+        disagree)."""
+        if queue_id == DISAGREEMENTS and self.k >= 2:
+            seen: dict[str, Decided] = {}
+            for source in self.sources.values():
+                for record in source.records():
+                    seen.setdefault(record.key, record)
+            return list(seen.values())
+        return self._source(queue_id).records()
+
+    def _decided(self, queue_id: str, key: str) -> tuple[Decided, DecisionRequest, ReviewSource]:
+        """An item of the queue, its parsed request and its source. In the disagreements queue: an item whose
+        reviewers disagree, or that was adjudicated there (so an adjudication can be undone once the item left)."""
+        if queue_id == DISAGREEMENTS and self.k >= 2:
+            found = next(((r, s) for s in self.sources.values() for r in s.records() if r.key == key), None)
+            if found is not None:
+                with self.review_dir.history() as history:
+                    if not _in_disagreements(history, key):
+                        found = None
+        else:
+            found = next(((r, self._source(queue_id)) for r in self._source(queue_id).records() if r.key == key), None)
+        if found is None:
             raise KeyError(f"no item {key!r} in review queue {queue_id!r}")
-        return record, parse_item(record.body, record.root, self.config)
+        record, source = found
+        return record, parse_item(record.body, record.root, self.config), source
+
+
+def _in_disagreements(history: ReviewHistory, key: str) -> bool:
+    item = history.item(key)
+    return bool(item.disagreements()) or any(e.queue == DISAGREEMENTS for e in item.events)
+
+
+def _reason(reason: object, required: bool) -> str | None:
+    """A flag's or skip's reason, checked: text of 1..500 characters (a skip may have none)."""
+    if reason is None and not required:
+        return None
+    if not isinstance(reason, str) or not reason.strip():
+        if required:
+            raise ReviewInputError("reason", "a flag needs a reason: send {\"reason\": \"…\"} (1 to "
+                                             f"{MAX_REASON_CHARS} characters)")
+        if isinstance(reason, str):
+            return None
+        raise ReviewInputError("reason", f"a reason is text of at most {MAX_REASON_CHARS} characters")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON_CHARS:
+        raise ReviewInputError("reason", f"a reason is at most {MAX_REASON_CHARS} characters; this one has "
+                                         f"{len(reason)}")
+    return reason
 
 
 def parse_item(body: JSONObject, root: Path, config: EngineConfig) -> DecisionRequest:

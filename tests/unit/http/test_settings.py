@@ -52,6 +52,57 @@ def test_api_keys_file(tmp_path):
         Settings.from_env({"OMNI_API_KEYS_FILE": str(tmp_path / "missing")})
 
 
+def test_a_keys_file_names_its_callers_and_their_roles(tmp_path):
+    from api.http.identity import KeyRing, key_name
+
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nk-root\nk-ada  ada\n\tk-bob bob reviewer\nk-app app caller  \nk-boss boss admin\n")
+    s = build_settings(parse("--api-keys-file", str(keys)), environ={})
+    assert s.api_keys == ("k-root", "k-ada ada", "k-bob bob reviewer", "k-app app caller", "k-boss boss admin")
+    ring = KeyRing.of(s.api_keys)
+    callers = {k: ring.caller(k) for k in ("k-root", "k-ada", "k-bob", "k-app", "k-boss")}
+    assert {k: (c.name, c.role) for k, c in callers.items() if c} == {
+        "k-root": (key_name("k-root"), "admin"), "k-ada": ("ada", "reviewer"), "k-bob": ("bob", "reviewer"),
+        "k-app": ("app", "caller"), "k-boss": ("boss", "admin")}
+    assert "k-root" not in repr(s)   # keys stay out of logs
+
+
+@pytest.mark.parametrize("lines, says", [("k-1 ada\nk-2 bob boss\n", "line 2: unknown role 'boss'"),
+                                         ("k-1\n# c\n\nk-1 ada\n", "line 4: the key of line 1 again"),
+                                         ("k-1 " + "n" * 65 + "\n", "line 1: name 'n+' must be 1..64 characters"),
+                                         ("k-1 ad\x01a reviewer\n", "line 1: .*control characters"),
+                                         ("k-1 ada reviewer extra\n", "line 1: expected KEY"),
+                                         ("k-1\n\xff\n", "cannot read")])
+def test_a_bad_keys_file_line_is_refused_naming_the_file_and_line(tmp_path, lines, says):
+    keys = tmp_path / "team.keys"
+    keys.write_bytes(lines.encode("latin-1"))
+    for run in (lambda: build_settings(parse("--api-keys-file", str(keys)), environ={}),
+                lambda: Settings.from_env({"OMNI_API_KEYS_FILE": str(keys)})):
+        with pytest.raises(SettingsError, match=says) as caught:
+            run()
+        assert "team.keys" in str(caught.value) and "k-1" not in str(caught.value).replace(str(keys), "")
+
+
+def test_api_keys_given_by_value_are_checked_too():
+    assert Settings.from_env({"OMNI_API_KEYS": "k1,k2 ada"}).api_keys == ("k1", "k2 ada")
+    with pytest.raises(SettingsError, match="api_keys entry 2: a key given twice"):
+        Settings.from_env({"OMNI_API_KEYS": "k1,k1"})
+    with pytest.raises(SettingsError, match="api_keys entry 1: unknown role"):
+        Settings().with_values({"api_keys": ("k1 ada boss",)})
+
+
+def test_list_flags_may_be_repeated_and_comma_separated():
+    s = build_settings(parse("--webhook-on", "act", "--webhook-on", "pass,review"), environ={})
+    assert s.webhook_on == ("act", "pass", "review")
+    from api.cli.review import _joined, add_review_arguments  # `omni review` adds its --batch to the same list
+
+    parser = argparse.ArgumentParser()
+    add_review_arguments(parser)
+    args = parser.parse_args(["--batch", "c.jsonl", "--review-batches", "a.jsonl,b.jsonl", "--review-batches", "d"])
+    assert _joined(args.review_batches, args.batch) == "a.jsonl,b.jsonl,d,c.jsonl"
+    assert _joined(None, []) is None
+
+
 @pytest.mark.parametrize("env, needle", [({"OMNI_PORT": "http"}, "OMNI_PORT"), ({"OMNI_MAX_QUEUE": "0"}, "max_queue"),
                                          ({"OMNI_CONFIDENCE": "vibes"}, "confidence"),
                                          ({"OMNI_MAX_BODY_BYTES": "12"}, "max_body_bytes")])

@@ -62,7 +62,7 @@ def test_queues_order_by_lowest_confidence_or_by_distance_to_the_threshold(kept)
     review_dir, keys = kept
     queues = ReviewQueues(review_dir, config=CONFIG)
     assert queues.queues() == [{"id": "kept", "kind": "kept", "name": "kept decisions", "items": 3, "reviewed": 0,
-                                 "failed": 0, "failures": []}]
+                                 "failed": 0, "failures": [], "k": 1}]      # issue 22: each queue says its k
     by_confidence = [item["key"] for item in queues.items("kept")]
     assert by_confidence == [keys["unsure"], keys["middling"], keys["sure"]]
     near = [item["key"] for item in queues.items("kept", order="threshold", threshold=0.8)]
@@ -74,8 +74,10 @@ def test_queues_order_by_lowest_confidence_or_by_distance_to_the_threshold(kept)
 def test_labels_are_saved_as_a_dataset_that_eval_reads_and_survive_a_restart(kept, tmp_path):
     review_dir, keys = kept
     queues = ReviewQueues(review_dir, config=CONFIG)
-    assert queues.label("kept", keys["unsure"], {"ok": "false", "grade": "2"}) == {"ok": "false", "grade": "2"}
-    assert queues.label("kept", keys["unsure"], {"team": "power", "grade": None}) == {"ok": "false", "team": "power"}
+    # issue 22: a label answers the history events it made too (one per changed question), beside the labels
+    assert queues.label("kept", keys["unsure"], {"ok": "false", "grade": "2"})["labels"] == {"ok": "false", "grade": "2"}
+    assert queues.label("kept", keys["unsure"], {"team": "power", "grade": None})["labels"] == {"ok": "false",
+                                                                                               "team": "power"}
     records = load_dataset(dataset_path(review_dir.root), CONFIG)            # the directory is a dataset
     assert len(records) == 1 and records[0].labels == {"ok": "false", "team": "power"}
     assert [(m.slot, m.data) for m in records[0].request.media] == [("images", PNG), ("audio", WAV)]
@@ -96,7 +98,7 @@ def test_clearing_every_label_removes_the_line(kept):
     review_dir, keys = kept
     queues = ReviewQueues(review_dir, config=CONFIG)
     queues.label("kept", keys["sure"], {"ok": "true"})
-    assert queues.label("kept", keys["sure"], {"ok": None}) == {}
+    assert queues.label("kept", keys["sure"], {"ok": None})["labels"] == {}   # issue 22: with its events beside
     assert (review_dir.root / REVIEW_DATASET_FILE).read_text() == ""
 
 
