@@ -21,3 +21,22 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${OMNI_CHROMIUM:-}" ]; then
     echo "no chromium found: the browser tests will be skipped (apt-get install chromium, or OMNI_CHROMIUM=PATH)" >&2
   fi
 fi
+# The accessibility test (tests/browser/test_accessibility.py) runs axe-core in the page: installed from the npm
+# registry into the git-ignored .venv/axe, at one pinned version.
+AXE_CORE_VERSION=4.14.1
+if grep -qs "\"version\": \"$AXE_CORE_VERSION\"" .venv/axe/node_modules/axe-core/package.json; then
+  :
+else
+  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's npm for axe-core" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null) \
+      || echo "could not install npm" >&2
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    npm install --prefix .venv/axe --no-save --no-package-lock --no-audit --no-fund --loglevel=error \
+      "axe-core@$AXE_CORE_VERSION" >/dev/null \
+      || echo "could not install axe-core: the accessibility test will be skipped" >&2
+  else
+    echo "no npm found: the accessibility test will be skipped (apt-get install npm)" >&2
+  fi
+fi

@@ -1,4 +1,4 @@
-"""The review workbench's files at /ui: one page (Ask, Review, Report), its script and its style sheet.
+"""The review workbench's files at /ui: one page (Ask, Review, Report), its scripts and its style sheets.
 
 Everything is served from this package (no external URL: it works offline) and carries no data, so the files are
 open even when API keys are configured; the page asks for a key once and sends it with every API call, exactly like
@@ -15,7 +15,8 @@ from starlette.exceptions import HTTPException
 
 router = APIRouter(include_in_schema=False)
 FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-         "app.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
+         "dom.js": "text/javascript; charset=utf-8", "team.js": "text/javascript; charset=utf-8",
+         "app.css": "text/css; charset=utf-8", "team.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
 HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
            # the page's own files only; media arrive as blob: URLs made from API answers
            "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; media-src 'self' blob:; "

@@ -41,9 +41,13 @@ def browser():
         launched.close()
 
 
-def open_page(browser, request, width: int = 1280, height: int = 900):
-    """A fresh page; on teardown, a screenshot if the test failed, and a failure if the page logged an error."""
-    context = browser.new_context(viewport={"width": width, "height": height})
+def open_page(browser, request, width: int = 1280, height: int = 900, reviewer: str | None = "tester", **options):
+    """A fresh page; on teardown, a screenshot if the test failed, and a failure if the page logged an error.
+    `reviewer`: the name the page finds kept in this browser (so a server without keys does not ask for one); None:
+    none kept, as on a reviewer's first visit."""
+    context = browser.new_context(viewport={"width": width, "height": height}, **options)
+    if reviewer is not None:
+        context.add_init_script(f"if (!localStorage.getItem('omni.reviewer')) localStorage.setItem('omni.reviewer', {reviewer!r});")
     page = context.new_page()
     page.set_default_timeout(60_000)
     errors: list[str] = []

@@ -3,21 +3,9 @@
 // Talks to the server only through its public API (/v1/systemone, /v1/models, /v1/review/...), with the API key the
 // user typed once (kept in localStorage) when the server asks for one.
 
-const $ = (sel, root = document) => root.querySelector(sel);
-const el = (tag, attrs = {}, ...children) => {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k === "class") node.className = v;
-    else if (k === "style") Object.assign(node.style, v);   // CSSOM: allowed by the page's CSP (style attributes are not)
-    else if (k === "text") node.textContent = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v === true ? "" : v);
-  }
-  for (const child of children.flat()) if (child !== null && child !== undefined) node.append(child);
-  return node;
-};
-const pct = (p) => `${(100 * p).toFixed(2)}%`;
+import { $, el, pct, when } from "./dom.js";
+import * as team from "./team.js";
+
 const KEY_STORE = "omni.apiKey";
 
 // ------------------------------------------------------------------------------------------------ API + key
@@ -25,6 +13,8 @@ async function api(path, options = {}, retried = false) {
   const headers = new Headers(options.headers || {});
   const key = localStorage.getItem(KEY_STORE);
   if (key) headers.set("Authorization", `Bearer ${key}`);
+  const name = team.storedName();          // who labels and comments when the server has no keys (ignored with keys)
+  if (name) headers.set("X-Omni-Reviewer", encodeURIComponent(name));   // any script: header values are Latin-1
   const response = await fetch(path, { ...options, headers });
   if (response.status === 401 && !retried && (await askForKey())) return api(path, options, true);
   return response;
@@ -86,12 +76,15 @@ function setupTabs() {
       $(`#${t.getAttribute("aria-controls")}`).hidden = !on;
     }
     if (record) tab.focus();
-    if (tab.id === "tab-review") review.open();
+    if (tab.id === "tab-review") {
+      if (record) review.open().then(() => review.record(false));
+      else review.follow();                // the address names a queue, filters, an item: show them
+    }
     if (tab.id === "tab-report") report.open();
     const hash = `#${tab.getAttribute("aria-controls")}`;
     if (record && location.hash !== hash) history.pushState(null, "", hash);
   };
-  const fromAddress = () => tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash.split("/")[0])
+  const fromAddress = () => tabs.find((t) => `#${t.getAttribute("aria-controls")}` === location.hash.split(/[/?]/)[0])
     || (location.hash ? null : tabs[0]);
   const follow = () => { const tab = fromAddress(); if (tab) show(tab, false); };
   window.addEventListener("hashchange", follow);
@@ -369,45 +362,116 @@ function renderDetails(response, serverTiming) {
 
 // ------------------------------------------------------------------------------------------------ Review
 const review = {
-  queues: [], queue: null, items: [], index: -1, item: null, question: 0, opened: false, urls: [],
+  queues: [], queue: null, items: [], index: -1, item: null, question: 0, opened: null, urls: [],
+  undoStack: [],             // the page's own actions, newest last: {event, queue, key, what}
+  maxCommentChars: null,
 
-  async open() {
-    if (this.opened) return;
-    this.opened = true;
-    await this.loadQueues();
+  open() {
+    if (!this.opened) this.opened = (async () => { await ensureName(); await this.loadQueues(team.parseReviewHash(location.hash)); })();
+    return this.opened;
   },
 
-  async loadQueues() {
+  // The address changed (typed, back, forward): show the queue, filters and item it names.
+  async follow() {
+    await this.open();
+    const view = team.parseReviewHash(location.hash);
+    if (!view) return;
+    const sameList = (!view.queue || view.queue === this.queue) && view.params.toString() === this.viewParams().toString();
+    if (!sameList) {
+      if (view.queue && [...$("#queue").options].some((o) => o.value === view.queue)) $("#queue").value = view.queue;
+      this.applyParams(view.params);
+      await this.loadItems(view.key || null, false);
+    } else if (view.key && (!this.item || this.item.key !== view.key)) {
+      const at = this.items.findIndex((it) => it.key === view.key);
+      if (at >= 0) await this.show(at, false);
+      else await this.loadItems(view.key, false);
+    }
+  },
+
+  viewParams() {
+    const params = new URLSearchParams();
+    if ($("#order").value !== "confidence") params.set("order", $("#order").value);
+    if ($("#threshold").value && Number($("#threshold").value) !== 0.9) params.set("threshold", $("#threshold").value);
+    if ($("#show-done").checked) params.set("done", "1");
+    for (const [k, v] of team.readFilters()) params.set(k, v);
+    return params;
+  },
+
+  applyParams(params) {
+    $("#order").value = params.get("order") || "confidence";
+    $("#threshold").value = params.get("threshold") || "0.9";
+    $("#show-done").checked = params.get("done") === "1";
+    team.writeFilters(params);
+    const active = team.readFilters();
+    $("#filter-summary").textContent = [...active].map(([k, v]) => `${k.replace("_", " ")}: ${v}`).join(" · ");
+    if ([...active].length) $("#filters").open = true;
+  },
+
+  // This view's address: a new history entry for a step the reviewer took (push), else the current one replaced.
+  record(push) {
+    if ($("#review").hidden) return;
+    const hash = team.reviewHash(this.queue, this.item && this.item.key, this.viewParams());
+    if (location.hash !== hash) history[push ? "pushState" : "replaceState"](null, "", hash);
+  },
+
+  async loadQueues(view = null) {
     $("#review-error").textContent = "";
     try {
       this.queues = (await json("/v1/review/queues")).queues;
     } catch (e) { $("#review-error").textContent = e.message; return; }
     $("#queue").replaceChildren(...this.queues.map((q) => el("option", { value: q.id, text: queueLabel(q) })));
-    if (this.queues.length) await this.loadItems();
+    if (view && view.queue && this.queues.some((q) => q.id === view.queue)) $("#queue").value = view.queue;
+    if (view) this.applyParams(view.params);
+    if (this.queues.length) await this.loadItems(view ? view.key || null : null, false);
     else $("#item").replaceChildren(el("p", { class: "hint", text: "No queues: start the server with --review-dir (and --review-batches)." }));
   },
 
   async refreshCounts() {
     let queues;
     try { queues = (await json("/v1/review/queues")).queues; } catch { return; }   // the next Reload says why
+    this.queues = queues;
     for (const q of queues) {
       const option = [...$("#queue").options].find((o) => o.value === q.id);
       if (option) option.textContent = queueLabel(q);
+      else $("#queue").append(el("option", { value: q.id, text: queueLabel(q) }));   // e.g. disagreements, once they exist
     }
   },
 
-    async loadItems(keepKey = null) {
+  async loadItems(keepKey = null, push = true) {
+    const changed = this.queue !== $("#queue").value;
     this.queue = $("#queue").value;
+    $("#review-error").textContent = "";
     renderFailures((this.queues || []).find((q) => q.id === this.queue));
+    if (changed) this.loadGuidelines();
+    const filters = team.readFilters();
+    $("#filter-summary").textContent = [...filters].map(([k, v]) => `${k.replace("_", " ")}: ${v}`).join(" · ");
     const params = new URLSearchParams({ order: $("#order").value, threshold: $("#threshold").value || "0.9" });
+    for (const [k, v] of filters) params.set(k, v);
     try {
       this.items = (await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items?${params}`)).items;
-    } catch (e) { $("#review-error").textContent = e.message; return; }
-    if (!$("#show-done").checked) this.items = this.items.filter((it) => it.labelled < it.questions || it.key === keepKey);
+    } catch (e) { $("#review-error").textContent = e.message; this.items = []; this.renderList(); return; }
+    const isDone = (it) => (it.state ? it.state === "done" : it.labelled >= it.questions);
+    // an item in the disagreements queue is done by its k reviewers and waits for a decision: never hidden as done
+    if (!$("#show-done").checked && !filters.get("state") && this.queue !== "disagreements") this.items = this.items.filter((it) => !isDone(it) || it.key === keepKey);
+    this.index = -1;
     this.renderList();
     const at = keepKey ? this.items.findIndex((it) => it.key === keepKey) : -1;
-    if (this.items.length) await this.show(at >= 0 ? at : 0);
-    else { this.item = null; $("#item").replaceChildren(el("p", { class: "hint", text: "Nothing left to review in this queue." })); }
+    if (this.items.length) await this.show(at >= 0 ? at : 0, push);
+    else {
+      this.item = null;
+      $("#item").replaceChildren(el("p", { class: "hint", text: filters.toString() ? "No item matches these filters." : "Nothing left to review in this queue." }));
+      this.record(push);
+    }
+  },
+
+  async loadGuidelines() {
+    const aside = $("#guidelines");
+    let data = null;
+    try { data = await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/guidelines`); } catch { data = null; }
+    const html = data && data.html ? data.html : "";
+    $("#guidelines-body").replaceChildren(...(html ? team.guidelinesNodes(html) : []));
+    aside.hidden = !html;
+    $(".columns.review").classList.toggle("with-guidelines", Boolean(html));
   },
 
   renderList() {
@@ -416,22 +480,28 @@ const review = {
       el("button", { type: "button", "data-key": it.key, "aria-current": String(i === this.index),
         onclick: () => this.show(i).then(() => $("#item").focus({ preventScroll: true })) },
         el("span", { class: "conf", text: pct(it.confidence) }),
-        el("span", { class: it.labelled >= it.questions ? "done" : "", text: `${it.labelled}/${it.questions} labelled` }),
+        el("span", { class: (it.state ? it.state === "done" : it.labelled >= it.questions) ? "done" : "", text: `${it.labelled}/${it.questions} labelled${it.flagged ? " · flagged" : ""}${it.skipped ? " · skipped" : ""}` }),
         el("span", { class: "preview", text: it.preview })))));
   },
 
-  async show(index) {
+  async show(index, push = true) {
     this.index = index;
-    for (const url of this.urls) URL.revokeObjectURL(url);
-    this.urls = [];
     const key = this.items[index].key;
     for (const b of document.querySelectorAll("#items button")) b.setAttribute("aria-current", String(b.dataset.key === key));
     try {
-      this.item = await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(key)}`);
+      this.item = await json(this.itemPath(key));
     } catch (e) { $("#review-error").textContent = e.message; return; }
+    for (const url of this.urls) URL.revokeObjectURL(url);
+    this.urls = [];
     const firstOpen = this.item.questions.findIndex((q) => !(q.id in this.item.labels));
     this.question = firstOpen >= 0 ? firstOpen : 0;
     await this.renderItem();
+    team.suggest(this.item);
+    this.record(push);
+  },
+
+  itemPath(key, queue = this.queue) {
+    return `/v1/review/queues/${encodeURIComponent(queue)}/items/${encodeURIComponent(key)}`;
   },
 
   async renderItem() {
@@ -439,7 +509,7 @@ const review = {
     const media = el("div", { class: "media" });
     const inSlot = {};                       // an item's media are numbered within their slot: images[0], audio[0]
     for (const m of item.media) {
-      const path = `/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(item.key)}/media/${m.index}`;
+      const path = `${this.itemPath(item.key)}/media/${m.index}`;
       const label = `${m.slot}[${inSlot[m.slot] = (inSlot[m.slot] ?? -1) + 1}]`;
       const holder = el("figure", { "data-media": label });
       media.append(holder);
@@ -457,21 +527,48 @@ const review = {
           : `${r.question}: confidence ${pct(r.confidence)} below ${pct(r.auto_at)}`).join("; ")}`) : null,
       item.media.length ? media : null,
       el("div", { class: "state", text: state }),
-      ...item.questions.map((q, qi) => this.questionBlock(q, qi))].filter((child) => child !== null));
+      el("div", { id: "item-questions" }),
+      el("div", { id: "item-trail" })].filter((child) => child !== null));
+    this.renderAnswers();
+    this.renderTrail();
     // a new item starts at its title and media: scrolling only to its first question (as highlight does) would
     // leave what the reviewer judges above the screen
     this.highlight(false);
     if ($("#item").getBoundingClientRect().top < 0) $("#item").scrollIntoView({ block: "start" });
   },
 
+  renderAnswers() {
+    $("#item-questions").replaceChildren(...this.item.questions.map((q, qi) => this.questionBlock(q, qi)));
+  },
+
+  // What the team left on this item: skip / flag / undo, flags, comments, the history of its labels.
+  renderTrail() {
+    const item = this.item;
+    const flag = team.flagForm((reason) => this.flag(reason));
+    $("#item-trail").replaceChildren(...[
+      el("div", { class: "row item-actions", role: "group", "aria-label": "this item" },
+        el("button", { type: "button", id: "skip-button", onclick: () => this.skip() }, "Skip ", el("kbd", { text: "s" })),
+        el("button", { type: "button", id: "flag-button", "aria-expanded": "false", onclick: () => this.openFlag() }, "Flag… ", el("kbd", { text: "f" })),
+        el("button", { type: "button", id: "undo-button", disabled: !this.undoStack.length, onclick: () => this.undo() }, "Undo ", el("kbd", { text: "Ctrl+Z" })),
+        el("span", { id: "item-status", class: "status", role: "status" })),
+      flag,
+      team.flagsBlock(item),
+      team.commentsBlock(item, (text) => this.comment(text), this.maxCommentChars),
+      team.historyBlock(item)].filter((child) => child !== null));
+  },
+
   questionBlock(q, qi) {
     const answer = answerOf(this.item, q.id);
     const probs = Object.fromEntries(optionsOf({ type: q.type, criteria: q.options.map((o) => o.description) }, answer).map(([id, p]) => [id, p]));
     const saved = this.item.labels[q.id];
-    const status = saved === undefined ? "not labelled yet" : saved === q.model ? `saved: ${saved} (the model's answer)` : `saved: ${saved} (corrects the model's ${q.model})`;
+    const by = ((this.item.labelled_by || {})[q.id] || []).join(", ");
+    const own = (this.item.k || 1) > 1 && this.queue !== "disagreements" ? "your label: " : "saved: ";
+    const status = saved === undefined ? "not labelled yet" : `${own}${saved} ${saved === q.model ? "(the model's answer)" : `(corrects the model's ${q.model})`}${by ? ` · by ${by}` : ""}`;
+    const others = this.item.by_reviewer ? Object.entries(this.item.by_reviewer).filter(([, labels]) => q.id in labels) : [];
     return el("section", { class: "rq", "data-question": q.id, "data-index": String(qi) },
       el("h3", { text: `${qi + 1}. ${q.id}${instructionsOf(q.instructions)}` }),
       q.options.map((o) => answerBar(q.id, o, probs[o.id] ?? 0, q.model, q.type)),
+      others.length ? el("p", { class: "reviewers", "data-reviewers": "" }, `Reviewers: ${others.map(([name, labels]) => `${name}: ${labels[q.id]}`).join(" · ")}`) : null,
       el("div", { class: "options", role: "group", "aria-label": `answers to ${q.id}` },
         q.options.map((o, oi) => el("button", { type: "button", "data-option": o.id, class: o.id === q.model ? "model" : "",
           "aria-pressed": String(saved === o.id), title: o.id === q.model ? "the model's answer" : "",
@@ -485,23 +582,95 @@ const review = {
     if (current && scroll) current.scrollIntoView({ block: "nearest" });
   },
 
+  // The item again from the server (labels, history, comments, flags), its media left as they are.
+  async refresh() {
+    if (!this.item) return;
+    try { this.item = await json(this.itemPath(this.item.key)); } catch (e) { $("#review-error").textContent = e.message; return; }
+    this.renderAnswers();
+    this.renderTrail();
+    this.highlight(false);
+    const entry = this.items[this.index];
+    if (entry && entry.key === this.item.key) {
+      entry.labelled = Object.keys(this.item.labels).length;
+      if (this.item.review_state) entry.state = this.item.review_state;
+      entry.flagged = Boolean(this.item.flagged);
+      this.renderList();
+    }
+  },
+
+  say(text) { const status = $("#item-status"); if (status) status.textContent = text; },
+
   async label(qi, optionId) {
     const q = this.item.questions[qi];
     $("#review-error").textContent = "";
+    let saved;
     try {
-      const saved = await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items/${encodeURIComponent(this.item.key)}/labels`,
+      saved = await json(`${this.itemPath(this.item.key)}/labels`,
         { method: "PUT", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ labels: { [q.id]: optionId } }) });
-      this.item.labels = saved.labels;
     } catch (e) { $("#review-error").textContent = e.message; return; }
-    const entry = this.items[this.index];
-    entry.labelled = Object.keys(this.item.labels).length;
-    const block = document.querySelector(`#item .rq[data-index="${qi}"]`);
-    block.replaceWith(this.questionBlock(q, qi));
-    this.renderList();
+    this.item.labels = saved.labels;
+    for (const event of saved.events || []) this.undoStack.push({ event, queue: this.queue, key: this.item.key, what: `the label of ${q.id}` });
+    const last = qi + 1 >= this.item.questions.length;
+    if (optionId === null || !last || this.index + 1 >= this.items.length) {
+      await this.refresh();                  // the history and who labelled it, as the server keeps them
+      if (optionId !== null && !last) this.question = qi + 1;
+      this.highlight();
+    } else {
+      const entry = this.items[this.index];
+      entry.labelled = Object.keys(this.item.labels).length;
+      if (saved.review_state) entry.state = saved.review_state;
+      this.renderList();
+      await this.show(this.index + 1);
+    }
     this.refreshCounts();                    // the queue's "n/m reviewed" follows every label, not only a Reload
-    if (optionId === null) { this.highlight(); return; }
-    if (qi + 1 < this.item.questions.length) { this.question = qi + 1; this.highlight(); } else if (this.index + 1 < this.items.length) await this.show(this.index + 1);
-    else this.highlight();
+  },
+
+  async skip() {
+    if (!this.item) return;
+    const key = this.item.key;
+    try {
+      const skip = await json(`${this.itemPath(key)}/skip`, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+      this.undoStack.push({ event: skip.id, queue: this.queue, key, what: `the skip of ${key}` });
+    } catch (e) { $("#review-error").textContent = e.message; return; }
+    const next = this.items[this.index + 1];
+    await this.loadItems(next ? next.key : null, true);     // a skipped item goes to the end of the list
+  },
+
+  openFlag() {
+    const form = $("#item-trail .flag-form");
+    if (!form) return;
+    form.hidden = false;
+    $("#flag-button").setAttribute("aria-expanded", "true");
+    $("#flag-reason").focus();
+  },
+
+  async flag(reason) {
+    const key = this.item.key;
+    const flag = await json(`${this.itemPath(key)}/flag`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ reason }) });
+    this.undoStack.push({ event: flag.id, queue: this.queue, key, what: `the flag of ${key}` });
+    await this.refresh();
+    this.say(`Flagged: ${reason}`);
+  },
+
+  async comment(text) {
+    await json(`${this.itemPath(this.item.key)}/comments`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text }) });
+    await this.refresh();
+    this.say("Comment added");
+  },
+
+  // Ctrl+Z: the last label, skip or flag given in this page is reverted (the server records the revert).
+  async undo() {
+    const last = this.undoStack.pop();
+    if (!last) { this.say("Nothing to undo"); return; }
+    try {
+      await json(`${this.itemPath(last.key, last.queue)}/undo`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ event: last.event }) });
+    } catch (e) { $("#review-error").textContent = `could not undo ${last.what}: ${e.message}`; return; }
+    if (last.queue !== this.queue) { $("#queue").value = last.queue; }
+    if (!this.item || this.item.key !== last.key || last.queue !== this.queue) await this.loadItems(last.key, true);
+    else await this.refresh();
+    this.refreshCounts();
+    this.say(`Undone: ${last.what}`);
+    $("#review-error").textContent = "";
   },
 
   // Keys are handled in the order they were pressed: each waits for the one before (a label is saved, the next
@@ -509,16 +678,20 @@ const review = {
   keys: Promise.resolve(),
 
   onKey(e) {
-    if ($("#review").hidden || e.ctrlKey || e.metaKey || e.altKey) return;
+    if ($("#review").hidden || e.altKey) return;
     if (e.target.closest("input, textarea, select, dialog")) return;
-    const ours = /^[1-9]$/.test(e.key) || ["a", "j", "k", "n", "p", "ArrowDown", "ArrowUp", "Delete"].includes(e.key)
+    const undo = (e.ctrlKey || e.metaKey) && !e.shiftKey && e.key.toLowerCase() === "z";
+    if ((e.ctrlKey || e.metaKey) && !undo) return;
+    const ours = undo || /^[1-9]$/.test(e.key) || ["a", "j", "k", "n", "p", "s", "f", "c", "ArrowDown", "ArrowUp", "Delete"].includes(e.key)
       || (e.key === "Enter" && !e.target.closest("button"));
     if (!ours) return;
     e.preventDefault();
-    this.keys = this.keys.then(() => this.act(e.key)).catch((err) => { $("#review-error").textContent = err.message; });
+    const key = undo ? "undo" : e.key;
+    this.keys = this.keys.then(() => this.act(key)).catch((err) => { $("#review-error").textContent = err.message; });
   },
 
   async act(key) {
+    if (key === "undo") { await this.undo(); return; }
     if (!this.item) return;
     const q = this.item.questions[this.question];
     const digit = /^[1-9]$/.test(key) ? Number(key) - 1 : -1;
@@ -529,6 +702,9 @@ const review = {
     else if (key === "n") { if (this.index + 1 < this.items.length) await this.show(this.index + 1); }
     else if (key === "p") { if (this.index > 0) await this.show(this.index - 1); }
     else if (key === "Delete") await this.label(this.question, null);
+    else if (key === "s") await this.skip();
+    else if (key === "f") this.openFlag();
+    else if (key === "c") { const box = $("#comment-text"); if (box) { box.scrollIntoView({ block: "nearest" }); box.focus(); } }
   },
 };
 
@@ -572,6 +748,7 @@ const report = {
   async open() {
     if (this.opened) return;
     this.opened = true;
+    this.agreement();
     try {
       const { reports } = await json("/v1/review/reports");
       $("#report-select").replaceChildren(...reports.map((r) => el("option", { value: r.id, text: r.name })));
@@ -579,6 +756,16 @@ const report = {
       else $("#report-body").replaceChildren(el("p", { class: "hint", text: "No reports: run `omni eval DATA --out DIR` and start the server with --review-reports DIR." }));
     } catch (e) { $("#report-error").textContent = e.message; }
   },
+  // Agreement between reviewers on the review directory's labels (when the server reviews at all).
+  async agreement() {
+    let data;
+    try { data = await json("/v1/review/agreement"); } catch (e) {
+      $("#agreement").replaceChildren(...(e.status === 404 ? [] : [el("p", { class: "error", text: `agreement: ${e.message}` })]));
+      return;
+    }
+    $("#agreement").replaceChildren(team.agreementBlock(data));
+  },
+
   async show(id) {
     $("#report-error").textContent = "";
     let data;
@@ -603,7 +790,7 @@ const report = {
 function metricsTable(entries, withType) {
   const fmt = (v) => (typeof v === "number" && Number.isFinite(v) ? v.toFixed(3) : "–");
   const head = [withType ? "question" : "type", ...(withType ? ["type"] : []), "n", "accuracy", "macro-F1", "NLL", "Brier", "ECE", "threshold", "coverage"];
-  return el("div", { class: "table-scroll" }, el("table", { class: "compact metrics" },
+  return el("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": withType ? "metrics per question" : "metrics per type" }, el("table", { class: "compact metrics" },
     el("tr", {}, head.map((h) => el("th", { scope: "col", text: h }))),
     Object.entries(entries).map(([name, q]) => el("tr", { "data-row": name },
       el("th", { scope: "row", text: name }), withType ? el("td", { text: q.type }) : null,
@@ -627,6 +814,25 @@ async function loadModel() {
   }
 }
 
+// Who is reviewing: named by the API key, or (a server without keys) by the name asked once and kept here.
+const who = { known: null };
+
+async function whoami() {
+  try { who.known = await json("/v1/whoami"); } catch { who.known = null; return null; }
+  team.showWho(who.known, async () => { if (await team.askName(team.storedName())) await whoami(); });
+  return who.known;
+}
+
+async function ensureName() {
+  const me = who.known || (await whoami());
+  if (me && !me.keys && !team.storedName() && (await team.askName())) await whoami();
+}
+
+function openShortcuts() {
+  const dialog = $("#shortcuts-dialog");
+  if (!dialog.open) dialog.showModal();
+}
+
 // Under `omni review` (or `omni serve --review-dir`) what is asked here is kept: the page says so, and where.
 async function noteKeeping() {
   let queues;
@@ -643,6 +849,7 @@ function start() {
   $("#ask-form").addEventListener("submit", submitAsk);
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("#ask").hidden) { e.preventDefault(); $("#ask-form").requestSubmit(); }
+    else if (e.key === "?" && !e.ctrlKey && !e.metaKey && !e.altKey && !e.target.closest("input, textarea, select, dialog")) { e.preventDefault(); openShortcuts(); }
     else review.onKey(e);
   });
   $("#load-preset").addEventListener("click", () => {
@@ -657,10 +864,17 @@ function start() {
   $("#key-button").addEventListener("click", () => askForKey());
   for (const id of ["#queue", "#order", "#show-done"]) $(id).addEventListener("change", () => review.loadItems());
   $("#threshold").addEventListener("change", () => review.loadItems());
+  $("#filter-form").addEventListener("submit", (e) => { e.preventDefault(); review.loadItems(); });
+  for (const id of ["#filter-outcome", "#filter-state"]) $(id).addEventListener("change", () => review.loadItems());
+  $("#filter-question").addEventListener("change", () => team.suggest(review.item));
+  $("#filter-clear").addEventListener("click", () => { team.writeFilters(new URLSearchParams()); review.loadItems(); });
+  $("#shortcut-rows").replaceChildren(...team.shortcutRows());
+  $("#shortcuts-button").addEventListener("click", openShortcuts);
   $("#reload-queue").addEventListener("click", () => review.loadQueues());
   $("#report-select").addEventListener("change", (e) => report.show(e.target.value));
   loadQuestions({});
   loadModel();
+  whoami();
 }
 
 start();
