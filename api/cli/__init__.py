@@ -11,6 +11,7 @@
     export.py  `omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a log
     policy.py  `omni policy fit DATA --target-precision P --out POLICY.toml` (thresholds from labels), `check FILE`
     report.py  `omni report drift LOG --window 1h`: answer/confidence/outcome drift between windows (PSI), PNG
+    doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.
 """

@@ -2,8 +2,8 @@
 
 `decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
 (api/cli/batch.py), `export statements` (api/cli/export.py), `replay` (api/cli/replay.py), `serve` and `review`
-(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed). A caller's mistake is one line on stderr
-and exit 2, never a traceback. Knows nothing of model internals or HTTP.
+(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
+mistake is one line on stderr and exit 2, never a traceback. Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from preprocess.errors import MediaError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import batch, decide, export, learn, policy, replay, report
+    from api.cli import batch, decide, doctor, export, learn, policy, replay, report
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
          policy.add_policy_arguments, policy.run_policy),
         ("report", "reports on a decision log: drift of answers and outcomes between time windows (PSI)",
          report.add_report_arguments, report.run_report),
+        ("doctor", ("check this machine and (--model DIR) a checkpoint without loading it: versions, CUDA, media "
+                    "decoders, files, tensor shapes, memory"), doctor.add_doctor_arguments, doctor.run_doctor),
     ]
     try:
         from api.cli.serve import add_serve_arguments, run_serve

@@ -18,6 +18,7 @@
     fingerprint.py  the checkpoint's sha256 (kept per file in a sidecar) and the software versions, for audit records
     export.py       a (fine-tuned) model back to the released layout
     tiny.py         a tiny random checkpoint built offline; checkpoints/ holds the embedded demo
+    doctor/         `omni doctor`'s checks: the machine, a checkpoint's files and shapes (headers only), memory
 
 Uses omni.contract and preprocess; knows nothing of serving, queues, HTTP, argv or the environment.
 """

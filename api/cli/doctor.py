@@ -1,0 +1,85 @@
+"""`omni doctor [--model DIR]`: is this machine (and this checkpoint) ready? One screen of plain lines, or `--json`.
+
+Device, dtype, the context limit and the prefix cache come from the same `OMNI_*` settings `omni serve` reads
+(`api.http.settings`), overridden by the flags, so the memory estimate is for the configuration that will serve.
+Exit 0 when no check failed (warnings and info included), 1 when one did (the failing lines say why), 2 for a usage
+error: a bad flag or setting, or a `--model` that names no directory (nor a hub id already in the local cache).
+The checks are `omni.model.doctor`'s; this module reads argv and prints. Knows nothing of torch or model internals.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from omni.contract.config import DTYPES
+
+if TYPE_CHECKING:   # at run time imported lazily: they pull in torch
+    from omni.model.doctor.examine import DoctorReport
+    from omni.model.doctor.findings import Finding
+
+DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+STATUS_WIDTH, CHECK_WIDTH = 5, 14
+
+
+def device_spec(value: str) -> str:
+    if not DEVICE.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected auto, cpu, cuda or cuda:N")
+    return value
+
+
+def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", metavar="DIR",
+                        help="a checkpoint directory (or a hub id already downloaded) to check without loading it")
+    parser.add_argument("--device", type=device_spec, default=None,
+                        help="where the model would load: cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, choices=DTYPES,
+                        help="the dtype the weights would load in (default auto: bfloat16 on CUDA, float32 on CPU)")
+    parser.add_argument("--max-context-tokens", type=int, default=None,
+                        help="the request size the memory estimate is for (default: the configured limit, 64000)")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from api.http.settings import Settings, SettingsError
+    from omni.model.doctor.examine import examine, locate
+
+    try:
+        base = Settings.from_env().engine
+    except SettingsError as exc:
+        print(f"omni doctor: {exc}", file=sys.stderr)
+        return 2
+    overrides = {"device": args.device, "dtype": args.dtype, "max_context_tokens": args.max_context_tokens}
+    config = replace(base, **{k: v for k, v in overrides.items() if v is not None})   # ConfigError: exit 2
+    directory = locate(args.model) if args.model else None                           # CheckpointError: exit 2
+    report = examine(config, directory)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(screen(report)))
+    return report.exit_code
+
+
+def screen(report: DoctorReport) -> list[str]:
+    """The report as plain lines: a title, one line per check, a verdict."""
+    lines = [f"omni doctor: the model would load on {report.device} as {report.dtype}"]
+    lines += [line(f) for f in report.system]
+    if report.directory is not None:
+        lines.append(f"checkpoint {report.directory}")
+        lines += [line(f) for f in report.checkpoint]
+    failed = [f.check for f in report.findings if f.status == "fail"]
+    warned = [f.check for f in report.findings if f.status == "warn"]
+    warnings = f"{len(warned)} warning{'s' if len(warned) != 1 else ''} ({', '.join(warned)})" if warned else ""
+    if failed:
+        lines.append(f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
+                     + (f"; {warnings}" if warnings else "") + " (exit 1)")
+    else:
+        lines.append("ready: nothing failed" + (f"; {warnings}" if warnings else "") + " (exit 0)")
+    return lines
+
+
+def line(finding: Finding) -> str:
+    return f"  {finding.status:<{STATUS_WIDTH}} {finding.check:<{CHECK_WIDTH}} {finding.detail}"

@@ -1,0 +1,14 @@
+"""omni.model.doctor: `omni doctor`'s checks — is this machine, and this checkpoint directory, ready to answer? — found
+without loading a weight.
+
+    findings.py   Finding (ok / info / warn / fail, one line of words, figures for --json) and the exit code
+    system.py     the machine: omni-decide, torch (CUDA build?), transformers, PyAV / FFmpeg decoders, CUDA devices,
+                  bfloat16, Chromium and Ray when present
+    headers.py    a safetensors file's header (names, dtypes, shapes) read raw, checked against the file's size
+    layout.py     the tensors the configs promise, built with the real classes on the meta device, compared with headers
+    directory.py  a checkpoint directory's checks: files, weight headers, backbone, joint head, tokenizer
+    memory.py     the memory one request at the configured limits needs on a device, and whether it fits
+    examine.py    all of it for an EngineConfig (device, dtype, limits) and an optional directory: a DoctorReport
+
+Knows nothing of argv, the environment or printing (api/cli/doctor.py does those).
+"""
