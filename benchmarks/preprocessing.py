@@ -1,13 +1,21 @@
-"""preprocessing: a 21 s 1280x720 25 fps H.264 clip with 48 kHz stereo AAC, from bytes to model-ready tensors.
+"""preprocessing ("media at speed"): bytes -> model inputs for three synthetic 21 s clips, against the decoder floor.
 
-Our path (`preprocess.video.decode_video` -> `preprocess.processor.encode_media`: one PyAV demux pass for frames
-and soundtrack, one swscale resize per kept frame, numpy patchify, Whisper features, placeholder ids) is timed
-per stage over several rounds; the headline is the best round, the median beside it. Wall time is compared with
-the clip's 21 s; peak memory is the growth of the process's max RSS during one run plus the tracemalloc peak
-(numpy and Python allocations; FFmpeg's and torch's own buffers are not seen by tracemalloc).
+Clips (made here with PyAV, `fixtures.media.video_bytes`: the moving-index test pattern, 25 fps, 48 kHz stereo):
+`720p` 1280x720 H.264 + AAC (the clip of issue 24 and of every earlier run), `1080p` 1920x1080 H.264 + AAC, `webm`
+1280x720 VP9 + Opus. Per clip, each round times, interleaved so that load from other processes hits all alike:
+  * floor: one single-threaded PyAV decode of all the clip's video frames and audio, doing nothing with them;
+  * ours: `preprocess.video.decode_video` (threads lent: --threads) then `preprocess.processor.encode_media` (the
+    server's `decode` + `encode` stages, no cache), and the same with one thread;
+with wall and CPU time (process_time: what the stage costs the machine, whatever else runs on it). The headline is
+the best of --rounds, the median beside it, and ours / floor.
+
+Memory (`--memory`, on by default): per clip a fresh subprocess decodes and encodes it once after a warm-up and
+reports the growth of its resident set over the run (sampled every 0.5 ms from /proc/self/statm), uint8 patches as
+the server keeps them (normalised on the model's device), and the same run normalising on the host (float32, as
+before issue 24).
 
 With `--ref-python PATH` (a venv with torchvision, qwen-omni-utils, librosa and the ffmpeg CLI; see RESULTS.md),
-the same clip also goes, in a subprocess with that interpreter, through
+the 720p clip also goes, in a subprocess with that interpreter, through
   (1) the Clef reference chain: its PyAV `load_video` (2 fps by absolute time, <= 262,144 px, swresample mono
       downmix) + transformers' `Qwen3OmniMoeProcessor` with the torchvision video processor (fps 2.0);
   (2) the cookbook chain: qwen-omni-utils `process_mm_info(use_audio_in_video=True)` + the same processor
@@ -18,38 +26,46 @@ Knows nothing of the decision core beyond `omni.model.tiny.build_tokenizer` (a t
 (Named `preprocessing.py`, not `preprocess.py`: run as a script, this folder comes first on the import path, and a
 `preprocess.py` here would hide the `preprocess` package from every script in it.)
 
-    .venv/bin/python benchmarks/preprocessing.py [--rounds 3] [--seconds 21] [--ref-python /work/refenv/bin/python]
+    .venv/bin/python benchmarks/preprocessing.py [--rounds 5] [--seconds 21] [--clips 720p,1080p,webm]
+                                                 [--threads 2] [--no-memory] [--ref-python /work/refenv/bin/python]
                                                  [--smoke]
 
-`--smoke`: the same code path at tiny sizes (a 2 s clip, one round), to check that it runs; its figures mean nothing.
+`--smoke`: the same code path at tiny sizes (2 s clips at a quarter of the sides, one round, memory of the first
+clip only), to check that it runs; its figures mean nothing.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-import tracemalloc
 from pathlib import Path
 
+import av
 import torch
 from smoke import parse_with_smoke
 
 from fixtures import media as fm
 from preprocess.align import PlaceholderIds
 from preprocess.item import MediaItem
-from preprocess.processor import encode_media
-from preprocess.video import VideoFramePolicy, decode_video
+from preprocess.processor import encode_media, media_on_device, normalize_patches
+from preprocess.video import decode_video
 
 # --smoke: the same code path at tiny sizes (explicit flags still win)
-SMOKE = {"rounds": 1, "seconds": 2.0}
+SMOKE = {"rounds": 1, "seconds": 2.0, "scale": 0.25, "memory_clips": "720p"}
 IDS = PlaceholderIds(image_pad=1012, video_pad=1013, audio_pad=1032, vision_start=1009, vision_end=1010,
                      audio_start=1026, audio_end=1027, newline=(198,))
+CLIPS = {"720p": {"width": 1280, "height": 720},
+         "1080p": {"width": 1920, "height": 1080},
+         "webm": {"width": 1280, "height": 720, "container_format": "webm", "video_codec": "libvpx-vp9",
+                  "audio_codec": "libopus"}}
 
 
 def processors():
@@ -63,29 +79,90 @@ def processors():
     return image, audio
 
 
-def our_path(data: bytes, image_processor, feature_extractor, ids: PlaceholderIds,
-             policy: VideoFramePolicy = VideoFramePolicy()):
-    """Clip bytes -> (encoded media, {decode_s, encode_s, total_s}): decode_video, then encode_media."""
-    started = time.perf_counter()
-    video = decode_video(MediaItem("videos", 0, data), policy=policy)
+def our_path(data: bytes, image_processor, feature_extractor, ids: PlaceholderIds, threads: int = 1):
+    """Clip bytes -> (encoded media, {decode_s, encode_s, total_s, cpu_s}): decode_video, then encode_media."""
+    cpu, started = time.process_time(), time.perf_counter()
+    video = decode_video(MediaItem("videos", 0, data), threads=threads)
     decoded = time.perf_counter()
     encoded = encode_media(videos=[video], image_processor=image_processor, feature_extractor=feature_extractor,
                            token_ids=ids)
     done = time.perf_counter()
-    return encoded, {"decode_s": decoded - started, "encode_s": done - decoded, "total_s": done - started}
+    return encoded, {"decode_s": decoded - started, "encode_s": done - decoded, "total_s": done - started,
+                     "cpu_s": time.process_time() - cpu}
 
 
-def measure_memory(data, image_processor, feature_extractor, policy) -> dict:
-    """One untimed run of our path: max RSS growth, tracemalloc peak and output tensor size, in MiB."""
-    rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
-    encoded, _ = our_path(data, image_processor, feature_extractor, IDS, policy)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    rss_after_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tensor_bytes = sum(t.numel() * t.element_size() for t in encoded.tensors.values())
-    return {"tracemalloc_peak_mib": peak / 2**20, "max_rss_mib": rss_after_kib / 1024,
-            "max_rss_growth_mib": (rss_after_kib - rss_before_kib) / 1024, "output_tensors_mib": tensor_bytes / 2**20}
+def floor(data: bytes) -> dict:
+    """One single-threaded PyAV decode of every video frame and the audio, doing nothing with them."""
+    cpu, started = time.process_time(), time.perf_counter()
+    with av.open(io.BytesIO(data)) as container:
+        streams = [container.streams.video[0], *container.streams.audio[:1]]
+        for stream in streams:
+            stream.thread_type, stream.thread_count = "NONE", 1
+        for packet in container.demux(*streams):
+            packet.decode()
+    return {"total_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
+
+
+def make_clip(name: str, seconds: float, scale: float = 1.0) -> bytes:
+    """Clip `name` of CLIPS, `seconds` long (sides times `scale`, even); prints its "clip" line."""
+    spec = dict(CLIPS[name])
+    width, height = (round(spec.pop(side) * scale / 2) * 2 for side in ("width", "height"))
+    started = time.perf_counter()
+    clip = fm.video_bytes(seconds=seconds, width=width, height=height, fps=25, audio_rate_hz=48000, audio_channels=2,
+                          **spec)
+    print(json.dumps({"event": "clip", "clip": name, "bytes": len(clip), "seconds": seconds,
+                      "size": f"{width}x{height}", "fps": 25, "video": spec.get("video_codec", "libx264"),
+                      "audio": f"{spec.get('audio_codec', 'aac')} 48 kHz stereo",
+                      "generate_s": round(time.perf_counter() - started, 2)}), flush=True)
+    return clip
+
+
+# ------------------------------------------------------------------------------------------------------ memory
+def memory_child(clip_path: str, threads: int, host_float: bool) -> None:
+    """In a fresh process: warm up on a short clip, then decode + encode `clip_path` once; print the resident set's
+    growth over that run (peak sampled every 0.5 ms) as one JSON line."""
+    torch.set_num_threads(1)
+    data = Path(clip_path).read_bytes()
+    image_processor, feature_extractor = processors()
+    our_path(fm.video_bytes(seconds=1.0, width=320, height=180), image_processor, feature_extractor, IDS, threads)
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page
+
+    before, peak, done = rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    encoded, _ = our_path(data, image_processor, feature_extractor, IDS, threads)
+    tensors = encoded.tensors
+    if host_float:     # what normalising before the device costs (the float32 tensor the server used to hold)
+        tensors = {**tensors, "pixel_values_videos": normalize_patches(tensors["pixel_values_videos"],
+                                                                       image_processor)}
+    done.set()
+    sampler.join()
+    held = sum(t.numel() * t.element_size() for t in tensors.values())
+    print(json.dumps({"peak_growth_mib": (max(peak[0], rss()) - before) / 2**20, "rss_before_mib": before / 2**20,
+                      "output_tensors_mib": held / 2**20}))
+
+
+def measure_memory(clip: bytes, threads: int) -> dict:
+    """Peak RSS growth of one decode + encode in fresh subprocesses: as served (uint8) and normalised on the host."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "clip.bin"
+        path.write_bytes(clip)
+        for name, extra in (("uint8_to_device", []), ("float32_on_host", ["--host-float"])):
+            done = subprocess.run([sys.executable, __file__, "--memory-child", str(path), "--threads", str(threads),
+                                   *extra], check=True, capture_output=True, text=True)
+            out[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
 
 
 REF_SCRIPT = r'''
@@ -178,7 +255,7 @@ def run_reference_round(ref_python: str, tmp: Path) -> tuple[dict, dict]:
 
 def agreement(clef: dict, our_encoded) -> dict:
     """How close our tensors are to the Clef reference chain's: pixels, log-mel, placeholder ids."""
-    ours = our_encoded.tensors
+    ours = media_on_device(our_encoded.tensors, "cpu", torch.float32)
     result = {}
     if tuple(clef["pixel_values_videos"].shape) == tuple(ours["pixel_values_videos"].shape):
         diff = (clef["pixel_values_videos"] - ours["pixel_values_videos"]).abs()
@@ -193,7 +270,7 @@ def agreement(clef: dict, our_encoded) -> dict:
 
 
 def summarize(rounds: list[dict]) -> dict:
-    """Per timed stage over the rounds: {"best": min, "median": median}."""
+    """Per timed figure over the rounds: {"best": min, "median": median}."""
     return {key: {"best": min(r[key] for r in rounds), "median": statistics.median(r[key] for r in rounds)}
             for key in rounds[0]}
 
@@ -201,22 +278,18 @@ def summarize(rounds: list[dict]) -> dict:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; with --smoke the SMOKE sizes are the defaults (flags given explicitly still win)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=21.0)
+    parser.add_argument("--scale", type=float, default=1.0, help="clip sides times this (smoke: 0.25)")
+    parser.add_argument("--clips", default=",".join(CLIPS), help="comma-separated: " + ", ".join(CLIPS))
+    parser.add_argument("--threads", type=int, default=2, help="threads lent to one decode (the server's budget)")
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--no-memory", dest="memory", action="store_false")
+    parser.add_argument("--memory-clips", default=",".join(CLIPS), help="the clips whose memory is measured")
     parser.add_argument("--ref-python", default=None)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--interpolation", default=VideoFramePolicy().interpolation,
-                        help="swscale filter of the one frame resize (BICUBIC, BILINEAR, AREA, ...)")
+    parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--host-float", action="store_true", help=argparse.SUPPRESS)
     return parse_with_smoke(parser, SMOKE, argv)
-
-
-def make_clip(seconds: float) -> bytes:
-    """The 1280x720 25 fps H.264 + 48 kHz stereo AAC clip, `seconds` long; prints its "clip" line."""
-    started = time.perf_counter()
-    clip = fm.video_bytes(seconds=seconds, width=1280, height=720, fps=25, audio_rate_hz=48000, audio_channels=2)
-    print(json.dumps({"event": "clip", "bytes": len(clip), "seconds": seconds, "size": "1280x720", "fps": 25,
-                      "audio": "AAC 48 kHz stereo", "generate_s": round(time.perf_counter() - started, 2)}))
-    return clip
 
 
 def placeholder_ids(ref_python: str | None):
@@ -229,46 +302,58 @@ def placeholder_ids(ref_python: str | None):
     return PlaceholderIds.from_tokenizer(tokenizer), tokenizer
 
 
-def run_rounds(args: argparse.Namespace, clip: bytes, image_processor, feature_extractor, ids: PlaceholderIds,
-               tokenizer, policy: VideoFramePolicy):
-    """--rounds rounds of our path, each followed by one reference round with --ref-python (interleaved, so load
-    from other processes hits both sides alike) -> (last encoded media, our times, reference rounds)."""
+def run_clip(args: argparse.Namespace, name: str, clip: bytes, image_processor, feature_extractor,
+             ids: PlaceholderIds, tokenizer) -> dict:
+    """--rounds interleaved rounds of floor / ours (--threads) / ours (1 thread) [/ the reference chains, 720p with
+    --ref-python]; prints a "round" line each and the clip's "summary" line; returns the summary."""
+    our_path(clip, image_processor, feature_extractor, ids, args.threads)      # warm-up: lazy imports, first calls
     rounds, reference_rounds = [], []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if args.ref_python:
+        with_reference = bool(args.ref_python) and name == "720p"
+        if with_reference:
             (tmp / "clip.mp4").write_bytes(clip)
             tokenizer.save_pretrained(tmp / "tokenizer")
             (tmp / "ref.py").write_text(REF_SCRIPT)
         for _ in range(args.rounds):
-            encoded, times = our_path(clip, image_processor, feature_extractor, ids, policy)
-            rounds.append(times)
-            print(json.dumps({"event": "ours", **{k: round(v, 3) for k, v in times.items()}}))
-            if args.ref_python:
+            base = floor(clip)
+            encoded, ours = our_path(clip, image_processor, feature_extractor, ids, args.threads)
+            _, single = our_path(clip, image_processor, feature_extractor, ids, 1)
+            row = {"floor_s": base["total_s"], "floor_cpu_s": base["cpu_s"], "ours_s": ours["total_s"],
+                   "ours_decode_s": ours["decode_s"], "ours_encode_s": ours["encode_s"], "ours_cpu_s": ours["cpu_s"],
+                   "ours_1_thread_s": single["total_s"], "ours_1_thread_cpu_s": single["cpu_s"]}
+            rounds.append(row)
+            print(json.dumps({"event": "round", "clip": name, **{k: round(v, 4) for k, v in row.items()}}), flush=True)
+            if with_reference:
                 reference_rounds.append(run_reference_round(args.ref_python, tmp))
-    return encoded, rounds, reference_rounds
-
-
-def print_ours(args: argparse.Namespace, ours: dict, memory: dict, encoded) -> None:
-    """The "summary" JSON line and the one-line headline of our path."""
-    grid = encoded.tensors["video_grid_thw"].tolist()
-    report = {"event": "summary", "smoke": args.smoke, "python": platform.python_version(), "threads": args.threads,
-              "interpolation": args.interpolation,
-              "ours": ours, "realtime_factor_best": args.seconds / ours["total_s"]["best"],
-              "memory": {k: round(v, 1) for k, v in memory.items()}, "video_grid_thw": grid,
-              "tokens": encoded.tokens_by_modality, "media_ids": len(encoded.ids)}
-    print(json.dumps(report))
-    print(f"\nours: {ours['total_s']['best']:.3f} s best / {ours['total_s']['median']:.3f} s median for "
-          f"{args.seconds:g} s of video ({report['realtime_factor_best']:.0f}x real time): decode "
-          f"{ours['decode_s']['best']:.3f} s + encode {ours['encode_s']['best']:.3f} s; grid {grid}, "
-          f"tokens {encoded.tokens_by_modality}; max RSS growth {memory['max_rss_growth_mib']:.0f} MiB, "
-          f"tracemalloc peak {memory['tracemalloc_peak_mib']:.0f} MiB, output tensors "
-          f"{memory['output_tensors_mib']:.0f} MiB")
+    times = summarize(rounds)
+    summary = {"event": "summary", "clip": name, "smoke": args.smoke, "threads": args.threads, "times": times,
+               "ratio_ours_over_floor_best": times["ours_s"]["best"] / times["floor_s"]["best"],
+               "ratio_ours_over_floor_median": times["ours_s"]["median"] / times["floor_s"]["median"],
+               "ratio_1_thread_over_floor_best": times["ours_1_thread_s"]["best"] / times["floor_s"]["best"],
+               "ratio_cpu_over_floor_cpu_best": times["ours_cpu_s"]["best"] / times["floor_cpu_s"]["best"],
+               "realtime_factor_best": args.seconds / times["ours_s"]["best"],
+               "video_grid_thw": encoded.tensors["video_grid_thw"].tolist(), "tokens": encoded.tokens_by_modality,
+               "media_ids": len(encoded.ids), "load_average": os.getloadavg()}
+    if args.memory and name in args.memory_clips.split(","):
+        summary["memory"] = measure_memory(clip, args.threads)
+        uint8, host = (summary["memory"][k]["peak_growth_mib"] for k in ("uint8_to_device", "float32_on_host"))
+        summary["memory_ratio_host_float_over_uint8"] = host / uint8 if uint8 > 0 else None
+    print(json.dumps(summary), flush=True)
+    print(f"\n{name}: ours {times['ours_s']['best']:.3f} s best / {times['ours_s']['median']:.3f} s median "
+          f"({args.threads} threads) vs floor {times['floor_s']['best']:.3f} s: "
+          f"{summary['ratio_ours_over_floor_best']:.2f}x the floor (1 thread "
+          f"{summary['ratio_1_thread_over_floor_best']:.2f}x; CPU {summary['ratio_cpu_over_floor_cpu_best']:.2f}x); "
+          f"for {args.seconds:g} s of video ({summary['realtime_factor_best']:.0f}x real time); grid "
+          f"{summary['video_grid_thw']}, tokens {encoded.tokens_by_modality}", flush=True)
+    if reference_rounds:
+        print_reference(times["ours_s"], reference_rounds, encoded)
+    return summary
 
 
 def print_reference(ours: dict, reference_rounds: list[tuple[dict, dict]], encoded) -> None:
     """Per reference chain its JSON line and headline (ratios ref / ours), then the agreement with the Clef one."""
-    best, median = ours["total_s"]["best"], ours["total_s"]["median"]
+    best, median = ours["best"], ours["median"]
     for name in ("clef_reference", "cookbook"):
         info = reference_rounds[-1][0][name]
         ref = summarize([r[0][name]["rounds"][0] for r in reference_rounds])
@@ -284,20 +369,20 @@ def print_reference(ours: dict, reference_rounds: list[tuple[dict, dict]], encod
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Make the clip, measure memory, run the interleaved rounds, print our figures and the reference's."""
+    """Per clip: make it, run the interleaved rounds, measure memory; print each clip's figures."""
     args = parse_args(argv)
-    policy = VideoFramePolicy(interpolation=args.interpolation)
-    torch.set_num_threads(args.threads)
-    clip = make_clip(args.seconds)
+    if args.memory_child:
+        memory_child(args.memory_child, args.threads, args.host_float)
+        return
+    torch.set_num_threads(args.torch_threads)
+    print(json.dumps({"event": "env", "python": platform.python_version(), "torch": torch.__version__,
+                      "av": av.__version__, "cores": os.cpu_count(), "threads": args.threads,
+                      "torch_threads": args.torch_threads, "load_average": os.getloadavg()}), flush=True)
     image_processor, feature_extractor = processors()
     ids, tokenizer = placeholder_ids(args.ref_python)
-    memory = measure_memory(clip, image_processor, feature_extractor, policy)  # also the warm-up round
-    encoded, rounds, reference_rounds = run_rounds(args, clip, image_processor, feature_extractor, ids, tokenizer,
-                                                   policy)
-    ours = summarize(rounds)
-    print_ours(args, ours, memory, encoded)
-    if args.ref_python:
-        print_reference(ours, reference_rounds, encoded)
+    for name in args.clips.split(","):
+        clip = make_clip(name, args.seconds, args.scale)
+        run_clip(args, name, clip, image_processor, feature_extractor, ids, tokenizer)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,12 @@
     decode.py     one request's items -> decoded arrays: the request checks, then each item by its slot
     image.py      image bytes -> one upright RGB array (EXIF orientation, every mode to RGB), limits before decoding
     audio.py      audio bytes -> 16 kHz mono float32 (channels averaged, then resampled), bounded decoding
-    video.py      video bytes -> upright frames at 2 fps at the model's size + the soundtrack, in one demux pass
-    processor.py  decoded media -> the thinker's media tensors + placeholder ids (the checkpoint's processor classes)
+    video.py      video bytes -> uint8 patch rows of upright frames at 2 fps + the soundtrack, in one demux pass
+    resize.py     the reference's frame size chain: its pre-scale (swscale), then its processor's bicubic (torch)
+    patches.py    frames <-> patch rows in the HF layout; PatchWriter writes them one frame at a time
+    threads.py    ThreadBudget: the threads that decode media at once, lent to a request when idle
+    processor.py  decoded media -> the thinker's media tensors + placeholder ids; `media_on_device` normalises video
+                  pixels on the model's device
     align.py      placeholder token layout of the media segment, audio-in-video interleave, token-count formulas
     loader.py     a checkpoint's tokenizer, image processor and Whisper feature extractor
 

@@ -29,14 +29,14 @@ class DecodedMedia:
     videos: tuple[DecodedVideo, ...] = ()
 
 
-def decode_item(item: MediaItem, limits: MediaLimits = MediaLimits(),
-                policy: VideoFramePolicy = VideoFramePolicy()) -> DecodedImage | DecodedAudio | DecodedVideo:
-    """Sniff, limit-check and decode one item by the slot it was sent in."""
+def decode_item(item: MediaItem, limits: MediaLimits = MediaLimits(), policy: VideoFramePolicy = VideoFramePolicy(),
+                threads: int = 1) -> DecodedImage | DecodedAudio | DecodedVideo:
+    """Sniff, limit-check and decode one item by the slot it was sent in (a video with `threads` FFmpeg threads)."""
     if item.slot == "images":
         return decode_image(item, limits)
     if item.slot == "audio":
         return decode_audio(item, limits)
-    return decode_video(item, limits, policy)
+    return decode_video(item, limits, policy, threads)
 
 
 def decode_media(items: Sequence[MediaItem], limits: MediaLimits = MediaLimits(),

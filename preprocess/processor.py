@@ -10,15 +10,17 @@ The only module that calls the checkpoint's processor classes (passed in; nothin
   When the longest clip is too short for the torch STFT the extractor picks when torch is installed (its centred
   reflect pad of n_fft/2 = 200 needs 201 samples), the same extractor's numpy path computes the features (its
   reflect pad may be wider than the signal: one frame from 160 samples), as the extractor does without torch.
-* videos: no torchvision here, so frames (already at their final size, see `preprocess.video`) are patchified in
-  numpy in the HF layout (rows: t, h/m, w/m, m, m; columns: C, temporal, patch, patch) on uint8, then normalised
-  with the image processor's rescale/mean/std in torch: `pixel_values_videos`, `video_grid_thw`, and
-  `video_second_per_grid` = temporal_patch_size / fps = 1.0 (frames really are 2 per second; the reference passes
-  fps=2.0; the cookbook chain's 2.0 would stamp video at half the speed of its audio).
+* videos: the decoder already wrote each frame (at its final size, by the reference's resize chain, see
+  `preprocess.video`) into uint8 patch rows in the HF layout (rows: t, h/m, w/m, m, m; columns: C, temporal,
+  patch, patch). They stay uint8 to the model's device, where `media_on_device` normalises them as the reference's
+  video processor does ((x - 127.5) / 127.5 in float32 for the Qwen3-Omni constants; another processor's constants
+  are applied here instead): `pixel_values_videos`, `video_grid_thw`, and `video_second_per_grid` =
+  temporal_patch_size / fps = 1.0 (frames really are 2 per second; the reference passes fps=2.0; the cookbook
+  chain's 2.0 would stamp video at half the speed of its audio).
 
 A request is encoded in two steps: `encode_item` makes each item model-ready on its own (`ItemEncoding`: an image's
 pixel rows, a video's uint8 patches and soundtrack, an audio clip's samples — what a media cache can keep), then
-`assemble_media` joins the items of one request: it concatenates and normalises, runs the ONE feature-extractor
+`assemble_media` joins the items of one request: it concatenates, runs the ONE feature-extractor
 call over every clip that is heard, decides whether videos are heard and lays out the ids. `encode_media` is both
 steps at once; the result is the same whichever items came from a cache.
 
@@ -37,6 +39,7 @@ import torch
 from preprocess import align
 from preprocess.audio import SAMPLE_RATE_HZ, DecodedAudio
 from preprocess.image import DecodedImage
+from preprocess.patches import patchify_frames
 from preprocess.video import DecodedVideo
 
 if TYPE_CHECKING:   # the classes of the processors passed in; nothing here imports transformers
@@ -124,37 +127,49 @@ def _numpy_path_features(clips: Sequence[np.ndarray], feature_extractor: Whisper
     return out.convert_to_tensors("pt")
 
 
-def patchify_frames(frames: np.ndarray, patch_size: int = 16, temporal_patch_size: int = 2,
-                    merge_size: int = 2) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """(T, H, W, C) uint8 frames -> (grid_t*grid_h*grid_w, C*tp*ps*ps) uint8 patches in the HF row/column order.
-
-    T is padded to a multiple of tp with the last frame; H and W must be multiples of ps*merge.
-    """
-    x = np.asarray(frames)
-    if pad := -len(x) % temporal_patch_size:
-        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)])
-    t, h, w, c = x.shape
-    unit = patch_size * merge_size
-    if h % unit or w % unit:
-        raise ValueError(f"frame size {h}x{w} is not a multiple of patch_size*merge_size={unit}")
-    grid_t, grid_h, grid_w = t // temporal_patch_size, h // patch_size, w // patch_size
-    x = x.reshape(grid_t, temporal_patch_size, grid_h // merge_size, merge_size, patch_size,
-                  grid_w // merge_size, merge_size, patch_size, c)
-    x = x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)  # t, h/m, w/m, m_h, m_w, C, tp, ps_h, ps_w
-    rows = grid_t * grid_h * grid_w
-    return np.ascontiguousarray(x).reshape(rows, c * temporal_patch_size * patch_size * patch_size), (
-        grid_t, grid_h, grid_w)
+def video_pixel_affine(image_processor: Qwen2VLImageProcessorPil) -> tuple[list[float], list[float]]:
+    """Per channel (offset, scale) with normalised = (x - offset) / scale on the uint8 value x: the processors'
+    rescale and normalise fused as transformers' video processor fuses them (mean / rescale, std / rescale)."""
+    rescale = float(image_processor.rescale_factor)
+    return ([float(m) * (1.0 / rescale) for m in image_processor.image_mean],
+            [float(s) * (1.0 / rescale) for s in image_processor.image_std])
 
 
-def normalize_patches(patches_u8: np.ndarray, image_processor: Qwen2VLImageProcessorPil) -> torch.Tensor:
-    """uint8 patches (rows, C*tp*ps*ps) -> float32 (x * rescale - mean[c]) / std[c], like the HF processors."""
-    channels = len(image_processor.image_mean)
-    x = torch.from_numpy(patches_u8).to(torch.float32)
+def normalize_patches(patches_u8: np.ndarray | torch.Tensor,
+                      image_processor: Qwen2VLImageProcessorPil) -> torch.Tensor:
+    """uint8 patches (rows, C*tp*ps*ps) -> float32 (x - mean[c]/rescale) / (std[c]/rescale), the reference's values."""
+    offset, scale = video_pixel_affine(image_processor)
+    return _affine(torch.as_tensor(patches_u8), offset, scale)
+
+
+def _affine(patches_u8: torch.Tensor, offset: Sequence[float], scale: Sequence[float]) -> torch.Tensor:
+    channels = len(offset)
+    x = patches_u8.to(torch.float32)
     view = x.view(x.shape[0], channels, -1)
-    mean = torch.tensor(image_processor.image_mean, dtype=torch.float32).view(1, channels, 1)
-    std = torch.tensor(image_processor.image_std, dtype=torch.float32).view(1, channels, 1)
-    view.mul_(float(image_processor.rescale_factor)).sub_(mean).div_(std)
+    view.sub_(torch.tensor(offset, dtype=torch.float32, device=x.device).view(1, channels, 1))
+    view.div_(torch.tensor(scale, dtype=torch.float32, device=x.device).view(1, channels, 1))
     return x
+
+
+# The Qwen3-Omni processors' rescale 1/255, mean 0.5 and std 0.5, fused: x -> (x - 127.5) / 127.5. Video patches
+# whose processor has these constants stay uint8 until the model's device (`media_on_device`), 4x less memory
+# before it; any other processor's are normalised here, in float32.
+DEVICE_AFFINE = ([127.5] * 3, [127.5] * 3)
+
+
+def media_on_device(media: dict[str, torch.Tensor], device: torch.device | str,
+                    dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Thinker media tensors on `device`: floating ones in `dtype` (not `video_second_per_grid`), uint8 video
+    patches normalised there (float32, as the reference, then `dtype`), the rest as they are."""
+    out = {}
+    for key, value in media.items():
+        if key == "pixel_values_videos" and value.dtype == torch.uint8:
+            out[key] = _affine(value.to(device), *DEVICE_AFFINE).to(dtype)
+        elif value.is_floating_point() and key != "video_second_per_grid":
+            out[key] = value.to(device, dtype)
+        else:
+            out[key] = value.to(device)
+    return out
 
 
 def encode_videos(videos: Sequence[DecodedVideo], image_processor: Qwen2VLImageProcessorPil
@@ -182,11 +197,14 @@ def _video_layout(videos: Sequence[ItemEncoding]) -> dict[str, torch.Tensor]:
 
 def _video_pixels(videos: Sequence[ItemEncoding],
                   image_processor: Qwen2VLImageProcessorPil) -> dict[str, torch.Tensor]:
-    """The videos' patches, normalised once for all videos together: {pixel_values_videos}."""
+    """The videos' patches, all videos together: {pixel_values_videos}, uint8 (normalised on the model's device by
+    `media_on_device`) when the processor's constants are the Qwen3-Omni ones, else normalised here (float32)."""
     if not videos:
         return {}
-    arrays = [_present(v.patches, "a video's patches").numpy() for v in videos]
-    patches = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    parts = [_present(v.patches, "a video's patches") for v in videos]
+    patches = torch.cat(parts) if len(parts) > 1 else parts[0]
+    if video_pixel_affine(image_processor) == DEVICE_AFFINE:
+        return {"pixel_values_videos": patches}
     return {"pixel_values_videos": normalize_patches(patches, image_processor)}
 
 
@@ -254,11 +272,15 @@ def encode_item(decoded: DecodedImage | DecodedAudio | DecodedVideo | np.ndarray
         return ItemEncoding(slot, samples=samples, container=_container(decoded), used=used)
     if slot == "videos" and isinstance(decoded, DecodedVideo):
         patch, temporal = image_processor.patch_size, image_processor.temporal_patch_size
-        patches, grid = patchify_frames(decoded.frames, patch, temporal, image_processor.merge_size)
+        layout = (decoded.layout.patch_size, decoded.layout.temporal_patch_size, decoded.layout.merge_size)
+        if layout == (patch, temporal, image_processor.merge_size):
+            patches, grid = decoded.patches, decoded.grid       # written in this layout while decoding
+        else:
+            patches, grid = patchify_frames(decoded.frames, patch, temporal, image_processor.merge_size)
         track = decoded.soundtrack
         used = {"source_width": decoded.source_width, "source_height": decoded.source_height,
-                "rotation_degrees": decoded.rotation_degrees, "width": int(decoded.frames.shape[2]),
-                "height": int(decoded.frames.shape[1]), "fps": decoded.fps, "frames": int(decoded.frames.shape[0]),
+                "rotation_degrees": decoded.rotation_degrees, "width": decoded.width,
+                "height": decoded.height, "fps": decoded.fps, "frames": decoded.frame_count,
                 "frame_times_s": list(decoded.frame_times_s),
                 "soundtrack_seconds": round(len(track) / SAMPLE_RATE_HZ, 6) if track is not None else None}
         return ItemEncoding(slot, torch.from_numpy(patches), grid, temporal / decoded.fps, track,

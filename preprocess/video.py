@@ -1,4 +1,5 @@
-"""Video bytes -> upright RGB frames at 2 fps, sized for the model, plus the soundtrack, in ONE demux pass.
+"""Video bytes -> uint8 patch rows of upright RGB frames at 2 fps, sized like the reference, plus the soundtrack,
+in ONE demux pass.
 
 * Open with PyAV (`metadata_errors="replace"`); the first video stream that is not attached cover art is the
   picture, the first audio stream (if any) the soundtrack; both are demuxed and decoded together.
@@ -13,21 +14,30 @@
   the count is made even by repeating the last frame (temporal patch 2).
 * Rotation metadata (display matrix, exposed by PyAV as `frame.rotation`, or an old `rotate` tag) is applied:
   frames come out upright. Flips in a display matrix are ignored.
-* Each kept frame is scaled ONCE by swscale (`to_ndarray(width, height, "rgb24", BILINEAR)`) straight to the
-  reference's final size: the Clef reference first scales to <= 262,144 px with even sides (PyAV's default,
-  bilinear), then the checkpoint's video processor smart-resizes to multiples of 32 within [131,072, 786,432] px
-  (bicubic). `frame_size` composes both, so token counts equal the reference's (about 128-256 tokens per second
-  of video), with one resize instead of two. Bilinear was measured closest to the reference's two resizes on a
-  720p clip (mean |diff| 0.0006 in normalised units, vs 0.0019 bicubic and 0.0028 area; benchmarks/RESULTS.md).
+* Each kept frame goes through the reference's own chain (`preprocess.resize`): swscale's bilinear RGB conversion
+  to <= 262,144 px with even sides (the Clef reference's `load_video`), then the checkpoint video processor's
+  resize to multiples of 32 within [131,072, 786,432] px: torch's uint8 bicubic with antialias (transformers'
+  torchvision backend). Upscales (a 256x256 clip becomes 384x384), downscales and odd aspect ratios give the
+  reference's pixels bit for bit (tests/integration/preprocess/test_reference_pixels.py); token counts are the
+  reference's (about 128-256 tokens per second of video).
+* Frames are written straight into their patch rows (`preprocess.patches.PatchWriter`, uint8), one frame at a
+  time: no list of frames, no stacked copy, no float copy (normalising happens on the model's device).
+* Threads (`threads`, lent by the caller's budget): from 2, a helper thread decodes the soundtrack and scales the
+  kept frames while this one demuxes and decodes the picture (from 3, FFmpeg gets the others as frame threads);
+  1 = everything on this thread. The output does not depend on it; an error on the helper is raised here.
 * The soundtrack goes through `audio.MonoResampler` (16 kHz mono float32, channels averaged by us) and is
   aligned to the first video frame: audio before it is dropped, a late-starting track is padded with silence.
 
-Knows nothing of the model, torch, HTTP or the filesystem (the size arithmetic is a policy with defaults).
+Knows nothing of the model, HTTP or the filesystem (the size arithmetic is a policy with defaults; torch only as
+the processor's resize kernel, in `preprocess.resize`).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 import av
@@ -37,26 +47,33 @@ from preprocess.audio import HEARABLE_SAMPLES, SAMPLE_RATE_HZ, MonoResampler, op
 from preprocess.errors import CorruptMedia, MediaError, MediaTooLarge, UnsupportedMedia
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
+from preprocess.patches import PatchLayout, PatchWriter, unpatchify
+from preprocess.resize import FrameScaler, prescale_size, smart_resize
 from preprocess.sniff import sniff_for_slot
 
 _TIME_EPS_S = 1e-6
+_AUDIO_PACKETS_PER_JOB = 16     # ~0.3 s of AAC: one hand-over to the helper thread per 16 packets
 
 
 @dataclass(frozen=True)
 class VideoFramePolicy:
-    """Frame rate and frame size of the reference (Clef `load_video` + the processor's default video size)."""
+    """Frame rate, frame size and patch layout of the reference (Clef `load_video` + the processor's video size)."""
 
     fps: float = 2.0
-    max_decode_pixels: int = 256 * 32 * 32  # 262,144: the reference's cap before its processor
+    max_decode_pixels: int = 256 * 32 * 32  # 262,144: the reference's pre-scale cap before its processor
     min_pixels: int = 128 * 32 * 32  # 131,072: processor video size shortest_edge
     max_pixels: int = 768 * 32 * 32  # 786,432: processor video size longest_edge
-    factor: int = 32  # patch_size * merge_size
-    interpolation: str = "BILINEAR"  # swscale filter of the single resize (closest to the reference chain)
+    layout: PatchLayout = field(default_factory=PatchLayout)   # patch 16, temporal 2, merge 2: sides x32
+
+    @property
+    def factor(self) -> int:
+        return self.layout.patch_size * self.layout.merge_size
 
 
 @dataclass(frozen=True)
 class DecodedVideo:
-    frames: np.ndarray  # (T, H, W, 3) uint8 RGB, upright, T even, H and W multiples of policy.factor
+    patches: np.ndarray  # (grid_t*grid_h*grid_w, 3*tp*ps*ps) uint8 patch rows of the upright frames (HF order)
+    grid: tuple[int, int, int]  # (grid_t, grid_h, grid_w); frames are grid_t*tp, each grid_h*ps x grid_w*ps
     soundtrack: np.ndarray | None  # (n,) float32 mono 16 kHz, aligned to the first frame; None if no audio
     fps: float = 2.0
     source_width: int = 0  # upright, before scaling
@@ -64,30 +81,34 @@ class DecodedVideo:
     rotation_degrees: int = 0  # counter-clockwise rotation that was applied
     container: str = ""
     frame_times_s: tuple[float, ...] = ()  # each frame's source time from the first frame (the padding repeats one)
+    layout: PatchLayout = field(default_factory=PatchLayout)
+
+    @property
+    def frames(self) -> np.ndarray:
+        """(T, H, W, 3) uint8 RGB, upright, T even: the frames back from the patch rows (a copy; tests, tools)."""
+        return unpatchify(self.patches, self.grid, self.layout)
+
+    @property
+    def frame_count(self) -> int:
+        return self.grid[0] * self.layout.temporal_patch_size
+
+    @property
+    def height(self) -> int:
+        return self.grid[1] * self.layout.patch_size
+
+    @property
+    def width(self) -> int:
+        return self.grid[2] * self.layout.patch_size
 
     @property
     def duration_seconds(self) -> float:
-        return len(self.frames) / self.fps
-
-
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen2-VL's size rule (same arithmetic as transformers' `smart_resize`, checked by a test)."""
-    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar, w_bar = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+        return self.frame_count / self.fps
 
 
 def frame_size(height: int, width: int, policy: VideoFramePolicy = VideoFramePolicy()) -> tuple[int, int]:
     """Final (height, width) of the reference chain for an upright source frame of `height` x `width`."""
-    scale = min(1.0, math.sqrt(policy.max_decode_pixels / (width * height)))
-    width1, height1 = max(2, round(width * scale / 2) * 2), max(2, round(height * scale / 2) * 2)
-    return smart_resize(height1, width1, policy.factor, policy.min_pixels, policy.max_pixels)
+    return smart_resize(*prescale_size(height, width, policy.max_decode_pixels), policy.factor, policy.min_pixels,
+                        policy.max_pixels)
 
 
 def _rotation_degrees(frame: av.VideoFrame, stream: av.video.stream.VideoStream) -> int:
@@ -102,14 +123,20 @@ def _rotation_degrees(frame: av.VideoFrame, stream: av.video.stream.VideoStream)
 
 
 class _FrameSampler:
-    """Keeps, for each tick k/fps (from the first frame), the nearest decoded frame, scaled once, upright."""
+    """Keeps, for each tick k/fps (from the first frame), the nearest decoded frame, scaled by the reference's chain,
+    upright, written into its patch rows."""
 
     def __init__(self, item: MediaItem, limits: MediaLimits, policy: VideoFramePolicy,
-                 stream: av.video.stream.VideoStream):
+                 stream: av.video.stream.VideoStream, expected_frames: int = 16):
         self.item, self.limits, self.policy, self.stream = item, limits, policy, stream
         self.max_seconds = limits.max_video_seconds + limits.decode_slack_seconds
         self.max_decoded = int(self.max_seconds * limits.max_video_source_fps) + 1
-        self.frames: list[np.ndarray] = []
+        self.max_kept = int(self.max_seconds * policy.fps) + 2
+        self.expected_frames = min(expected_frames, self.max_kept)
+        self.writer: PatchWriter | None = None     # made on the first frame, when the size is known
+        self.helper: _Helper | None = None         # set: kept frames are scaled there
+        self.scaler: FrameScaler | None = None
+        self.kept = 0
         self.times_s: list[float] = []    # the source time of each kept frame, from the first frame
         self.origin_s: float | None = None
         self.decoded = 0
@@ -117,7 +144,7 @@ class _FrameSampler:
         self.size: tuple[int, int] | None = None  # upright target (h, w)
         self.source_size = (0, 0)  # upright source (h, w)
         self._prev: tuple[av.VideoFrame, float] | None = None
-        self._cache: tuple[av.VideoFrame, np.ndarray] | None = None
+        self._cache: tuple[av.VideoFrame, np.ndarray] | None = None   # the last frame kept, scaled (kept again?)
 
     def _setup(self, frame: av.VideoFrame) -> None:
         if frame.width * frame.height > self.limits.max_video_frame_pixels:
@@ -130,6 +157,8 @@ class _FrameSampler:
                                                f"{self.limits.max_image_aspect_ratio:g}")
         self.source_size = (height, width)
         self.size = frame_size(height, width, self.policy)
+        self.scaler = FrameScaler(self.source_size, self.rotation, self.policy.max_decode_pixels, self.size)
+        self.writer = PatchWriter(*self.size, self.policy.layout, self.expected_frames)
 
     def _time_s(self, frame: av.VideoFrame) -> float:
         # PyAV's stub types VideoFrame.time as float, but it is None for a frame without a timestamp.
@@ -144,22 +173,22 @@ class _FrameSampler:
     def _pixels(self, frame: av.VideoFrame) -> np.ndarray:
         if self._cache is not None and self._cache[0] is frame:
             return self._cache[1]
-        assert self.size is not None, "set by _setup on the first frame, before any frame is kept"
-        height, width = self.size
-        if self.rotation % 180:
-            height, width = width, height
-        array: np.ndarray = frame.to_ndarray(format="rgb24", width=width, height=height,
-                                 interpolation=self.policy.interpolation)
-        if self.rotation:
-            array = np.ascontiguousarray(np.rot90(array, k=self.rotation // 90))
+        assert self.scaler is not None, "set by _setup on the first frame, before any frame is kept"
+        array = self.scaler(frame)
         self._cache = (frame, array)
         return array
 
     def _keep(self, frame: av.VideoFrame, time_s: float) -> None:
-        if len(self.frames) >= int(self.max_seconds * self.policy.fps) + 2:
-            raise MediaTooLarge(self.item, f"more than {len(self.frames)} frames at {self.policy.fps:g} fps, over "
+        if self.kept >= self.max_kept:
+            raise MediaTooLarge(self.item, f"more than {self.kept} frames at {self.policy.fps:g} fps, over "
                                             f"max_video_seconds={self.limits.max_video_seconds:g}")
-        self.frames.append(self._pixels(frame))
+        writer = self.writer
+        assert writer is not None, "set by _setup on the first frame"
+        if self.helper is None:
+            writer.append(self._pixels(frame))
+        else:       # scaled and written on the helper thread, in order, while this one decodes on
+            self.helper.submit(lambda: writer.append(self._pixels(frame)), heavy=True)
+        self.kept += 1
         self.times_s.append(time_s)
 
     def add(self, frame: av.VideoFrame) -> None:
@@ -179,8 +208,8 @@ class _FrameSampler:
                                             f"{self.limits.max_video_seconds:g}")
         if self._prev is not None and t < self._prev[1]:
             return  # out-of-order timestamp: ignore rather than go back in time
-        while t + _TIME_EPS_S >= len(self.frames) / self.policy.fps:
-            tick = len(self.frames) / self.policy.fps
+        while t + _TIME_EPS_S >= self.kept / self.policy.fps:
+            tick = self.kept / self.policy.fps
             prev = self._prev
             prev_closer = prev is not None and (tick - prev[1]) < (t - tick) - _TIME_EPS_S
             if prev is not None and prev_closer:
@@ -236,11 +265,86 @@ def _check_header(video: av.video.stream.VideoStream, container: av.container.In
                                    f"{limits.max_video_seconds:g}")
 
 
+class _Helper:
+    """One background thread running jobs in the order given: a video's soundtrack and the scaling of its kept frames,
+    beside the thread that demuxes and decodes the picture. At most `backlog` heavy jobs (kept frames) wait at once.
+    The first error stops the jobs after it and is raised on the caller's thread (`check`, `finish`); `close` stops
+    it for good (pending jobs are dropped, a running one is waited for: the container outlives every job)."""
+
+    def __init__(self, backlog: int = 8) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="omni-video")
+        self._heavy = threading.BoundedSemaphore(backlog)
+        self._futures: list[Future[None]] = []
+        self.error: BaseException | None = None
+        self._stopped = False
+
+    def submit(self, job: Callable[[], None], heavy: bool = False) -> None:
+        self.check()
+        if heavy:
+            self._heavy.acquire()
+        self._futures.append(self._pool.submit(self._run, job, heavy))
+
+    def _run(self, job: Callable[[], None], heavy: bool) -> None:
+        try:
+            if self.error is None and not self._stopped:
+                job()
+        except Exception as exc:  # noqa: BLE001  (handed to the caller's thread, which raises it)
+            self.error = exc
+        finally:
+            if heavy:
+                self._heavy.release()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def finish(self) -> None:
+        """Wait for every job; raise the first error."""
+        wait(self._futures)
+        self._futures.clear()
+        self.check()
+
+    def close(self) -> None:
+        self._stopped = True
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Packets:
+    """Decodes one stream's packets and feeds its frames on (the soundtrack's, on the helper thread); counts the
+    packets that fail to decode (skipped, as the picture's)."""
+
+    def __init__(self, soundtrack: _Soundtrack) -> None:
+        self.soundtrack, self.bad = soundtrack, 0
+
+    def __call__(self, packets: list[av.Packet]) -> None:
+        for packet in packets:
+            try:
+                frames = cast("list[av.AudioFrame]", packet.decode())    # PyAV's stub types every packet's as video
+            except av.error.InvalidDataError:
+                self.bad += 1
+                continue
+            for frame in frames:
+                self.soundtrack.add(frame)
+
+
 def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
-           audio: av.audio.stream.AudioStream | None, sampler: _FrameSampler, soundtrack: _Soundtrack | None) -> int:
-    """One pass over both streams; returns how many packets failed to decode (and were skipped)."""
+           audio: av.audio.stream.AudioStream | None, sampler: _FrameSampler, soundtrack: _Soundtrack | None,
+           helper: _Helper | None = None) -> int:
+    """One pass over both streams; returns how many packets failed to decode (and were skipped). With a helper, the
+    soundtrack is decoded there (and the sampler scales its frames there), concurrently with the picture here."""
     bad_packets = 0
+    audio_packets = _Packets(soundtrack) if soundtrack is not None else None
+    waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
     for packet in container.demux(*[s for s in (video, audio) if s is not None]):
+        if packet.stream.type == "audio":
+            if audio_packets is not None and helper is not None:
+                waiting.append(packet)
+                if len(waiting) >= _AUDIO_PACKETS_PER_JOB:
+                    helper.submit(partial(audio_packets, waiting))
+                    waiting = []
+            elif audio_packets is not None:
+                audio_packets([packet])
+            continue
         try:
             frames = packet.decode()
         except av.error.InvalidDataError:
@@ -249,35 +353,61 @@ def _demux(container: av.container.InputContainer, video: av.video.stream.VideoS
         for frame in frames:
             if isinstance(frame, av.VideoFrame):        # a frame of `video`
                 sampler.add(frame)
-            elif isinstance(frame, av.AudioFrame) and soundtrack is not None:   # of `audio` (then a soundtrack)
-                soundtrack.add(frame)
-    return bad_packets
+    if helper is not None:
+        if waiting and audio_packets is not None:
+            helper.submit(partial(audio_packets, waiting))
+        helper.finish()
+    return bad_packets + (audio_packets.bad if audio_packets is not None else 0)
+
+
+def _set_threads(video: av.video.stream.VideoStream, threads: int) -> None:
+    """FFmpeg threads for the picture: with 2 lent threads the second is the helper's (soundtrack, scaling) and the
+    picture decodes on this one; from 3 on, FFmpeg gets `threads - 1` (frame threading where the codec has it).
+    Frame threading costs more than it gives on cheap frames (measured: 2 frame threads took 1.7x the CPU time of
+    one on the benchmark's 720p H.264 clip). Set before the first packet opens the decoder; the frames are the
+    same whatever the count."""
+    context = video.codec_context
+    context.thread_count = max(1, threads - 1)
+    context.thread_type = "AUTO" if threads > 2 else "NONE"
+
+
+def _expected_frames(video: av.video.stream.VideoStream, container: av.container.InputContainer,
+                     policy: VideoFramePolicy) -> int:
+    """Frames at `policy.fps` the header's duration promises (a first guess for the patch buffer; 16 if none)."""
+    claimed = stream_seconds(video, container)
+    return int(claimed * policy.fps) + 2 if claimed is not None and claimed >= 0 else 16
 
 
 def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
-                 policy: VideoFramePolicy = VideoFramePolicy()) -> DecodedVideo:
-    """Video bytes -> frames at `policy.fps` + soundtrack, one demux pass; typed `MediaError` on bad input."""
+                 policy: VideoFramePolicy = VideoFramePolicy(), threads: int = 1) -> DecodedVideo:
+    """Video bytes -> patch rows of frames at `policy.fps` + soundtrack, one demux pass; typed `MediaError` on bad
+    input. `threads`: FFmpeg frame threads for the picture (the caller's to lend; 1 = this thread only)."""
     data = item.data
     container_name = sniff_for_slot(item).container
     with open_container(data, item) as container:
         video, audio = _streams(container, item)
         _check_header(video, container, item, limits)
-        video.thread_type = "AUTO"
-        sampler = _FrameSampler(item, limits, policy, video)
+        _set_threads(video, threads)
+        sampler = _FrameSampler(item, limits, policy, video, _expected_frames(video, container, policy))
         soundtrack = _Soundtrack(item, limits) if audio is not None else None
+        sampler.helper = helper = _Helper() if threads > 1 else None
         try:
-            bad_packets = _demux(container, video, audio, sampler, soundtrack)
+            bad_packets = _demux(container, video, audio, sampler, soundtrack, helper)
             samples = soundtrack.finish(sampler.origin_s or 0.0) if soundtrack is not None else None
         except MediaError:
             raise
         except (av.error.FFmpegError, ValueError, MemoryError) as exc:
             raise CorruptMedia(item, f"the {container_name} video cannot be decoded: the file is damaged or truncated",
                                raw=str(exc)) from None
-    if not sampler.frames:
+        finally:
+            if helper is not None:
+                helper.close()
+    if sampler.writer is None or not sampler.kept:
         raise CorruptMedia(item, f"no decodable video frames ({bad_packets} bad packets)")
-    pad = len(sampler.frames) % 2             # the temporal patch takes frames in pairs: the last one repeats
-    frames = sampler.frames + sampler.frames[-1:] * pad
+    pad = sampler.kept % policy.layout.temporal_patch_size   # frames go in pairs: the last one repeats
+    patches, grid = sampler.writer.finish()
     height, width = sampler.source_size
-    return DecodedVideo(frames=np.stack(frames), soundtrack=samples, fps=policy.fps, source_width=width,
+    return DecodedVideo(patches=patches, grid=grid, soundtrack=samples, fps=policy.fps, source_width=width,
                         source_height=height, rotation_degrees=sampler.rotation, container=container_name,
-                        frame_times_s=tuple(round(t, 6) for t in sampler.times_s + sampler.times_s[-1:] * pad))
+                        frame_times_s=tuple(round(t, 6) for t in sampler.times_s + sampler.times_s[-1:] * pad),
+                        layout=policy.layout)

@@ -18,6 +18,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 _AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars", "max_batch_records",
                  "max_batch_tokens", "max_queue", "decode_threads")
 _AT_LEAST_TWO = ("max_choice_options", "max_score_levels")
+MAX_DECODE_THREADS = 64   # requests decoded at once; the media threads they share are also capped at the cores
 _NOT_NEGATIVE = ("torch_threads", "probability_decimals", "max_wait_ms", "inline_prepare_max_chars", "media_cache_mb",
                  "prefix_cache_mb", "prefill_chunk_tokens")
 
@@ -45,7 +46,8 @@ class EngineConfig:
     max_wait_ms: float = 5.0                # a partial batch waits this long, and only for requests still decoding
     max_queue: int = 256
     request_timeout_s: float = 60.0
-    decode_threads: int = 2
+    decode_threads: int = 2                 # requests decoded at once, and the threads they share to decode media
+                                            # (preprocess.threads: a lone video gets FFmpeg frame threads; <= cores)
     inline_prepare_max_chars: int = 4096    # media-free requests this small skip the decode pool (0 = never)
     isolation: str = "joint"                # default of x_isolation: joint (the reference) or isolated
     audit: str = "request"                  # request: an audit record when a request asks (x_audit); record: one for
@@ -64,6 +66,8 @@ class EngineConfig:
             for name in names:
                 if getattr(self, name) < low:
                     raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if self.decode_threads > MAX_DECODE_THREADS:
+            raise ConfigError(f"decode_threads must be <= {MAX_DECODE_THREADS}, got {self.decode_threads}")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
         for name, allowed in (("dtype", DTYPES), ("head_dtype", DTYPES[1:]), ("isolation", ISOLATION_MODES),

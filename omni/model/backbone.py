@@ -18,6 +18,7 @@ from torch import nn
 
 from omni.contract.errors import CheckpointError
 from omni.model import attention
+from preprocess.processor import media_on_device
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -186,8 +187,7 @@ class Backbone:
         return self._prefill(batch, use_cache=True)
 
     def _prefill(self, batch: BackboneBatch, use_cache: bool) -> tuple[torch.Tensor, Cache]:
-        media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
-                 for k, v in batch.media.items()}
+        media = media_on_device(batch.media, self.device, self.dtype)   # uint8 video pixels normalised there
         # No padding mask, on purpose: the pads sit after every real token, so under causal attention no real token
         # ever attends to one, and nothing else in the thinker mixes positions. Without a mask the attention runs
         # its causal kernel; with one, every layer would apply a [B, 1, L, L] mask (measured on CPU: a mixed batch
@@ -215,8 +215,7 @@ class Backbone:
                       media: dict[str, torch.Tensor]) -> torch.Tensor:
         """The next chunk of one record: input_ids [S], position_ids [3, 1, S], the media whose placeholders are in it
         -> final-norm hidden states [S, H]; its keys/values are appended to `cache` (`chunk_cache`)."""
-        media = {k: v.to(self.device, self.dtype if v.is_floating_point() and k != "video_second_per_grid" else None)
-                 for k, v in media.items()}
+        media = media_on_device(media, self.device, self.dtype)
         output = self.thinker.model(input_ids=input_ids[None].to(self.device), position_ids=position_ids.to(self.device),
                                     past_key_values=cache, use_cache=True, **media)
         return output.last_hidden_state[0]

@@ -45,14 +45,15 @@ class ClefModel:
     def __init__(self, backbone: Backbone, head: JointSchemaHead, parts: ProcessorParts, source: CheckpointSource, *,
                  max_context_tokens: int = 64_000, media_limits: MediaLimits = MediaLimits(),
                  media_cache_bytes: int = 0, prefix_cache_bytes: int = 0, isolation: str = "joint",
-                 prefill_chunk_tokens: int = 0, cache_dir: str | None = None):
+                 prefill_chunk_tokens: int = 0, cache_dir: str | None = None, decode_threads: int = 1):
         self.backbone = backbone
         self.head = head
         self.parts = parts
         self.source = source                           # directory, embedded default or not, release date
         self.calibration: Calibration | None = None    # applied to the logits by `probabilities` when set
         self.prompt_encoder = PromptEncoder(parts.tokenizer, max_context_tokens)
-        self.media = MediaEncoder(parts, media_limits, media_cache_bytes, **backbone.media_timing)
+        self.media = MediaEncoder(parts, media_limits, media_cache_bytes, **backbone.media_timing,
+                                  decode_threads=decode_threads)
         self.prefixes = PrefixCache(prefix_cache_bytes)
         self.inputs = Inputs(backbone, self.prompt_encoder, self.media, self.prefixes, isolation)
         self.forward = Forward(backbone, head, self.prefixes, self.inputs)
@@ -72,7 +73,8 @@ class ClefModel:
     def load(cls, directory: str | Path, *, dtype: str = "auto", device: str = "auto", head_dtype: str = "float32",
              attn_implementation: str = "sdpa", tiny_default: bool = False, max_context_tokens: int = 64_000,
              media_limits: MediaLimits = MediaLimits(), media_cache_bytes: int = 0, prefix_cache_bytes: int = 0,
-             isolation: str = "joint", prefill_chunk_tokens: int = 0, cache_dir: str | None = None) -> ClefModel:
+             isolation: str = "joint", prefill_chunk_tokens: int = 0, cache_dir: str | None = None,
+             decode_threads: int = 1) -> ClefModel:
         """A checkpoint directory in the released layout, loaded strictly (`omni.model.loading`). Caches and chunked
         prefill are off unless given (`from_config` gives the config's)."""
         loaded = load_checkpoint(directory, dtype=dtype, device=device, head_dtype=head_dtype,
@@ -80,7 +82,7 @@ class ClefModel:
         return cls(loaded.backbone, loaded.head, loaded.parts, loaded.source, max_context_tokens=max_context_tokens,
                    media_limits=media_limits, media_cache_bytes=media_cache_bytes,
                    prefix_cache_bytes=prefix_cache_bytes, isolation=isolation,
-                   prefill_chunk_tokens=prefill_chunk_tokens, cache_dir=cache_dir)
+                   prefill_chunk_tokens=prefill_chunk_tokens, cache_dir=cache_dir, decode_threads=decode_threads)
 
     # ---------------------------------------------------------------------------------------- off the model thread
     def encode_media(self, items: tuple[MediaItem, ...]) -> RequestMedia:

@@ -58,13 +58,14 @@ def load_checkpoint(directory: str | Path, *, dtype: str = "auto", device: str =
 
 def model_options(config: EngineConfig) -> dict[str, Any]:
     """`ClefModel.load`'s keyword arguments for `config`: precision, device, context, media limits, caches,
-    isolation and chunked prefill."""
+    isolation, chunked prefill and the threads that decode media."""
     return {"dtype": config.dtype, "device": config.device, "head_dtype": config.head_dtype,
             "attn_implementation": config.attn_implementation, "max_context_tokens": config.max_context_tokens,
             "media_limits": config.media, "tiny_default": config.model_path is None,
             "media_cache_bytes": int(config.media_cache_mb * MiB),
             "prefix_cache_bytes": int(config.prefix_cache_mb * MiB), "isolation": config.isolation,
-            "prefill_chunk_tokens": config.prefill_chunk_tokens, "cache_dir": config.cache_dir}
+            "prefill_chunk_tokens": config.prefill_chunk_tokens, "cache_dir": config.cache_dir,
+            "decode_threads": config.decode_threads}
 
 
 def calibration_for(config: EngineConfig, directory: Path) -> Calibration | None:

@@ -3,7 +3,9 @@ content-addressed cache of per-item encodings.
 
 Request-level limits first (counts, bytes), then each item: from the media cache when the same bytes were encoded
 before under the same settings (a hit skips sniffing, decoding and encoding), else sniffed, decoded by the slot it was
-sent in and encoded on its own (`preprocess.processor.encode_item`) and kept. Then the request is assembled
+sent in and encoded on its own (`preprocess.processor.encode_item`) and kept; the items not in the cache are decoded
+side by side, or a lone one with FFmpeg frame threads, on threads lent by one `ThreadBudget` (`decode_threads`)
+shared by every request. Then the request is assembled
 (`assemble_media`: one feature-extractor call, the heard/silent decision, the ids) exactly as without a cache.
 A cache key is the item's bytes hash, its slot and everything that changes its encoding: the media limits (a hit skips
 their per-item checks), the image processor's settings and the video frame policy. Whether a video's soundtrack is
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 
@@ -31,6 +35,7 @@ from preprocess.item import MediaItem
 from preprocess.loader import IMAGE_PROCESSOR_KEYS, ProcessorParts
 from preprocess.media import MediaLimits, check_request
 from preprocess.processor import EncodedMedia, ItemEncoding, assemble_media, encode_item
+from preprocess.threads import ThreadBudget
 from preprocess.video import VideoFramePolicy
 
 NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_modality={})
@@ -53,10 +58,11 @@ class MediaEncoder:
 
     def __init__(self, parts: ProcessorParts, limits: MediaLimits, cache_bytes: int = 0, *,
                  position_id_per_seconds: float = 13.0, n_window: int = 50,
-                 policy: VideoFramePolicy = VideoFramePolicy()):
+                 policy: VideoFramePolicy = VideoFramePolicy(), decode_threads: int = 1):
         self.parts, self.limits, self.policy = parts, limits, policy
         self.position_id_per_seconds, self.n_window = position_id_per_seconds, n_window
         self.cache: ByteLRU[ItemEncoding] = ByteLRU(cache_bytes)
+        self.threads = ThreadBudget(decode_threads)     # shared by every request: threads decoding at once
         processor = {key: getattr(parts.image_processor, key, None) for key in IMAGE_PROCESSOR_KEYS}
         self._settings = hashlib.blake2b(repr((limits, sorted(processor.items()), policy)).encode(),
                                          digest_size=16).hexdigest()
@@ -65,25 +71,29 @@ class MediaEncoder:
         if not items:
             return RequestMedia(NO_MEDIA)
         check_request(items, self.limits)
-        digests, encodings, cached, failed = [], [], 0, []
-        for item in items:
-            digest = hashlib.sha256(item.data).hexdigest()         # the cache key's and the audit record's
-            key = (item.slot, digest, self._settings)
-            encoding = self.cache.get(key) if self.cache.enabled else None
-            if encoding is None:
-                try:
-                    encoding = encode_item(decode_item(item, self.limits, self.policy), item.slot,
-                                           self.parts.image_processor)
-                except MediaError as error:    # go on: the caller hears of every bad item in one answer
-                    failed.append(error)
-                    continue
+        digests = [hashlib.sha256(item.data).hexdigest() for item in items]   # the cache key's and the audit's
+        keys = [(item.slot, digest, self._settings) for item, digest in zip(items, digests)]
+        found: list[ItemEncoding | None] = [self.cache.get(key) if self.cache.enabled else None for key in keys]
+        missing = [index for index, encoding in enumerate(found) if encoding is None]
+        first: dict[tuple[str, str, str], int] = {}
+        if self.cache.enabled:     # the same bytes twice in one request: decoded once, the second is a hit
+            first = {keys[index]: index for index in reversed(missing)}
+            missing = sorted(first.values())
+        outcomes = dict(zip(missing, self._encode_each([items[index] for index in missing])))
+        repeats = [index for index, encoding in enumerate(found) if encoding is None and index not in outcomes
+                   and isinstance(outcomes[first[keys[index]]], MediaError)]   # a bad one: its own error too
+        outcomes |= dict(zip(repeats, self._encode_each([items[index] for index in repeats])))
+        raise_media_errors([outcome for _, outcome in sorted(outcomes.items()) if isinstance(outcome, MediaError)])
+        encodings: list[ItemEncoding] = []
+        for index, (key, encoding) in enumerate(zip(keys, found)):
+            if encoding is None and index in outcomes:
+                encoding = cast(ItemEncoding, outcomes[index])
                 if self.cache.enabled:
                     self.cache.put(key, encoding, resident_bytes(encoding.patches, encoding.samples))
-            else:
-                cached += 1
-            digests.append(digest)
+            elif encoding is None:
+                encoding = cast(ItemEncoding, outcomes[first[key]])    # a repeat of a good item: a hit
             encodings.append(encoding)
-        raise_media_errors(failed)
+        cached = len(items) - len(outcomes)
         _check_hearable(items, encodings)
         encoded = assemble_media(encodings, image_processor=self.parts.image_processor,
                                  feature_extractor=self.parts.feature_extractor,
@@ -93,6 +103,31 @@ class MediaEncoder:
         return RequestMedia(replace(encoded, tokens_by_modality=tokens),
                             ",".join(f"{item.slot}:{digest}" for item, digest in zip(items, digests)), cached,
                             len(items), media_audit(items, digests, encodings, encoded))
+
+    def _encode_each(self, items: Sequence[MediaItem]) -> list[ItemEncoding | MediaError]:
+        """Each item decoded and encoded on its own, in order; a bad one gives its MediaError (the others go on).
+
+        Threads from the budget: a lone item takes every idle one (a video's FFmpeg frame threads); several items
+        are decoded side by side, one thread each. An error that is not a MediaError (a bug) is raised once every
+        item is done, so no thread is left running on its own."""
+        if not items:
+            return []
+        with self.threads.lend(len(items) if len(items) > 1 else self.threads.total) as threads:
+            if len(items) == 1 or threads == 1:
+                outcomes = [self._encode_one(item, threads if len(items) == 1 else 1) for item in items]
+            else:
+                with ThreadPoolExecutor(threads, thread_name_prefix="omni-media") as pool:
+                    futures = [pool.submit(self._encode_one, item, 1) for item in items]
+                    wait(futures)
+                outcomes = [future.result() for future in futures]     # a bug's exception, after every item ran
+        return outcomes
+
+    def _encode_one(self, item: MediaItem, threads: int) -> ItemEncoding | MediaError:
+        try:
+            return encode_item(decode_item(item, self.limits, self.policy, threads), item.slot,
+                               self.parts.image_processor)
+        except MediaError as error:
+            return error
 
 
 def media_audit(items: Sequence[MediaItem], digests: Sequence[str], encodings: Sequence[ItemEncoding],

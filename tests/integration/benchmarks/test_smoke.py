@@ -257,14 +257,19 @@ def check_webhooks(tmp_path: Path) -> None:
 def check_preprocessing(tmp_path: Path) -> None:
     out = run_smoke("preprocessing.py").stdout
     lines = json_lines(out)
-    positive(one(lines, event="clip"), "bytes", "seconds")
-    positive(one(lines, event="ours"), "decode_s", "encode_s", "total_s")
-    summary = one(lines, event="summary")
-    assert summary["smoke"] is True
-    finite(summary)
-    positive(summary, "realtime_factor_best", "ours.total_s.best", "ours.total_s.median", "media_ids")
-    assert summary["tokens"]["video"] > 0 and summary["tokens"]["video_audio"] > 0     # frames and their soundtrack
-    assert re.search(r"^ours: [\d.]+ s best / [\d.]+ s median for 2 s of video", out, re.MULTILINE)
+    assert one(lines, event="env")["threads"] == 2
+    for clip in ("720p", "1080p", "webm"):
+        positive(one(lines, event="clip", clip=clip), "bytes", "seconds")
+        positive(one(lines, event="round", clip=clip), "floor_s", "ours_s", "ours_decode_s", "ours_encode_s",
+                 "ours_1_thread_s")
+        summary = one(lines, event="summary", clip=clip)
+        assert summary["smoke"] is True
+        finite(summary)
+        positive(summary, "ratio_ours_over_floor_best", "realtime_factor_best", "times.ours_s.best", "media_ids")
+        assert summary["tokens"]["video"] > 0 and summary["tokens"]["video_audio"] > 0   # frames and their soundtrack
+        assert re.search(rf"^{clip}: ours [\d.]+ s best / [\d.]+ s median \(2 threads\) vs floor", out, re.MULTILINE)
+    memory = one(lines, event="summary", clip="720p")["memory"]
+    positive(memory, "uint8_to_device.peak_growth_mib", "float32_on_host.output_tensors_mib")
 
 
 def check_scale(tmp_path: Path) -> None:

@@ -9,12 +9,13 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+import torch
 
 import preprocess.video as video_module
 from fixtures import media as fm
 from preprocess.errors import MediaTooLarge, UnsupportedMedia
 from preprocess.media import MediaLimits
-from preprocess.processor import encode_videos, normalize_patches, patchify_frames
+from preprocess.processor import encode_videos, media_on_device, normalize_patches, patchify_frames
 from preprocess.video import decode_video, frame_size
 from tests.media_items import media_item
 
@@ -304,7 +305,10 @@ def test_encode_videos_tensors(image_processor):
     tensors, grids = encode_videos([video, video], image_processor)
     assert grids == [(2, 20, 28)] * 2
     assert tensors["pixel_values_videos"].shape == (2 * 2 * 20 * 28, 1536)
-    assert tensors["pixel_values_videos"].dtype.is_floating_point
-    assert -1.0 <= tensors["pixel_values_videos"].min().item() and tensors["pixel_values_videos"].max().item() <= 1.0
+    assert tensors["pixel_values_videos"].dtype == torch.uint8      # normalised on the model's device, 4x smaller
+    on_device = media_on_device(tensors, "cpu", torch.float32)["pixel_values_videos"]
+    assert -1.0 <= on_device.min().item() and on_device.max().item() <= 1.0
+    assert torch.equal(on_device, normalize_patches(tensors["pixel_values_videos"], image_processor))
+    assert torch.equal(on_device, (tensors["pixel_values_videos"].float() - 127.5) / 127.5)   # the reference's fused map
     assert tensors["video_grid_thw"].tolist() == [[2, 20, 28]] * 2
     assert tensors["video_second_per_grid"].tolist() == [1.0, 1.0]
