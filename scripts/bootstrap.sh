@@ -1,16 +1,42 @@
 #!/usr/bin/env bash
-# Creates .venv and installs omni-decide with every extra. Idempotent; safe to re-run.
+# Creates .venv and installs omni-decide. Idempotent; safe to re-run, and a run with --tests after a plain one adds
+# only what is missing.
+#   bash scripts/bootstrap.sh           the main job and the README's tour: the project with its [serve] extra (under
+#                                       a minute on a fresh clone, two cores; no Ray, browser, npm or dev tools)
+#   bash scripts/bootstrap.sh --tests   everything the tests need (.ci/run runs this): every extra (train, dev,
+#                                       cluster: Ray), Debian's Chromium for the browser tests, axe-core from npm
 # CPU machines get the local CPU torch wheel (torch==2.13.0). GPU users: install your CUDA torch build into the
 # venv first (or set OMNI_KEEP_TORCH=1 with a torch already present) and it is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "") extras="serve" tests=0 ;;
+  --tests) extras="serve,train,dev,cluster" tests=1 ;;
+  *) echo "usage: bash scripts/bootstrap.sh [--tests]  (--tests: every extra, Chromium, axe-core)" >&2; exit 2 ;;
+esac
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+torch=""
 if ! .venv/bin/python -c "import torch" 2>/dev/null && [ "${OMNI_KEEP_TORCH:-0}" != "1" ]; then
-  .venv/bin/python -m pip install -q "torch==2.13.0"
+  torch="torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q -e ".[serve,train,dev,cluster]"
-echo "omni-decide installed in .venv ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))" >&2
+# torch and the project in one resolve, without byte-compiling: pip compiles every file of every package on one core,
+# half of a first run's time, though the main job imports a fifth of them; Python compiles those on first import
+# (and keeps them, unless PYTHONDONTWRITEBYTECODE is set).
+.venv/bin/python -m pip install -q --no-compile $torch -e ".[$extras]"
+if [ "$tests" = 1 ]; then
+  # the tests start hundreds of interpreters (and CI may forbid writing byte-code): compile everything now, on every
+  # core. compileall skips what is compiled already; its exit code only reports the few files some packages ship
+  # that are not Python 3 (pip skips them the same way).
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  .venv/bin/python -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+fi
+echo "omni-decide installed in .venv with [$extras] ($(.venv/bin/python -c 'from importlib.metadata import version as v
+print("torch", v("torch"), "transformers", v("transformers"))'))" >&2
+if [ "$tests" != 1 ]; then
+  echo "the tests need more (every extra, Chromium, axe-core): bash scripts/bootstrap.sh --tests" >&2
+  exit 0
+fi
 # The workbench's browser tests drive the system's Chromium (Playwright never downloads a browser here).
 if ! command -v chromium >/dev/null 2>&1 && [ -z "${OMNI_CHROMIUM:-}" ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

@@ -3,16 +3,38 @@
 `decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
 (api/cli/batch.py), `export statements` (api/cli/export.py), `replay` (api/cli/replay.py), `serve` and `review`
 (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
-mistake is one line on stderr and exit 2, never a traceback. Knows nothing of model internals or HTTP.
+mistake is one line on stderr and exit 2, never a traceback; so is a missing torch (a wheel installed without it
+names the pip line to run). Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
 from omni.contract.errors import InvalidRequest, OmniError
 from preprocess.errors import MediaError
+
+# torch is a dependency left unpinned to a build (CPU or CUDA): the version this project tests with, and where the
+# other builds are
+TORCH_INSTALL = ("pip install torch==2.13.0 (the version tested; runs on CPU), or for a GPU the CUDA build for your "
+                 "machine, e.g. pip install torch --index-url https://download.pytorch.org/whl/cu128 (all builds: "
+                 "https://pytorch.org/get-started/locally/)")
+
+
+def torch_problem() -> str | None:
+    """One line saying what to run when torch does not import (a wheel installed without it, or a broken build); None
+    when it imports. Every command needs torch, so importing it here first costs nothing."""
+    try:
+        importlib.import_module("torch")
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            return f"torch does not import: {exc}. Reinstall it: {TORCH_INSTALL}"
+        return f"torch is not installed in this environment ({sys.executable}). Install it first: {TORCH_INSTALL}"
+    except (ImportError, OSError) as exc:       # a CUDA build without its libraries, a half-installed wheel
+        return f"torch is installed but does not import ({type(exc).__name__}: {exc}). Reinstall it: {TORCH_INSTALL}"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    problem = torch_problem()
+    if problem:
+        print(f"omni: {problem}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -48,7 +48,7 @@ def workbench(tmp_path_factory, browser):
 @pytest.fixture(scope="session")
 def axe_source() -> Path:
     if not AXE.is_file():
-        message = f"needs axe-core from npm in {AXE.parent} (scripts/bootstrap.sh installs it)"
+        message = f"needs axe-core from npm in {AXE.parent} (scripts/bootstrap.sh --tests installs it)"
         if os.environ.get("OMNI_REQUIRE_BROWSER"):
             pytest.fail(message)
         pytest.skip(message)
