@@ -3,8 +3,9 @@
 Two `omni serve` processes run side by side in this run, on free 127.0.0.1 ports, with the same model: batching
 ON (the shipped defaults: up to 8 records / 16k tokens, 5 ms max wait) and OFF (`--no-batching`). Both get the
 same request list (default 400 requests, 16 in flight, a mix of text / image / audio System One requests in Clef
-JSON form) after a warm-up, in rounds that alternate ON and OFF so load from other processes on a shared machine
-hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios on/off.
+JSON form; `--mix` adds video; `--no-caches` turns the media and prefix caches off, so that every repeated photo,
+clip and video is decoded again) after a warm-up, in rounds that alternate ON and OFF so load from other processes
+on a shared machine hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios on/off.
 Then HTTP overhead for small requests: sequential small text requests to the OFF server from httpx and from the
 standard library's http.client, and to the ON server from http.client, taking turns one by one with in-process
 `DecisionEngine.decide` on the same checkpoint (median latency ratio per way, plus the server's own stages).
@@ -16,7 +17,8 @@ load shape, batching on vs off — what the batching machinery buys where the fo
 Prints JSON lines, then a summary. Not a test: nothing is asserted, figures depend on the machine.
 What it must not know: engine internals (it talks HTTP and the public `decide`), the answers' meaning (random model).
 
-    .venv/bin/python benchmarks/load.py [--requests 400] [--concurrency 16] [--mix text,image,audio]
+    .venv/bin/python benchmarks/load.py [--requests 400] [--concurrency 16] [--mix text,image,audio[,video]]
+                                        [--no-caches]
                                         [--model DIR|HUB_ID] [--overhead-requests 200] [--round-requests 100]
                                         [--sim-batch-ms 8] [--sim-record-ms 0.5] [--smoke]
 
@@ -53,13 +55,14 @@ SMOKE = {"requests": 24, "concurrency": 4, "overhead_requests": 10, "round_reque
 
 def request_bodies(mix: list[str], n: int) -> list[dict]:
     """`n` System One bodies with QUESTIONS, cycling through the `mix` kinds (text, image, audio as data URLs)."""
-    from fixtures.media import image_bytes, wav_bytes
+    from fixtures.media import image_bytes, video_bytes, wav_bytes
 
     def url(mime: str, data: bytes) -> str:
         return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
     media = {"text": {}, "image": {"images": [url("image/jpeg", image_bytes("JPEG"))]},
-             "audio": {"audio": [url("audio/wav", wav_bytes(1.0))]}}
+             "audio": {"audio": [url("audio/wav", wav_bytes(1.0))]},
+             "video": {"videos": [url("video/mp4", video_bytes(seconds=4.0, width=640, height=360))]}}
     return [{"model": "clef-omni", "state": f"Ticket {i}: the unit rattles since the last service visit.",
              "questions": QUESTIONS, **media[mix[i % len(mix)]]} for i in range(n)]
 
@@ -215,7 +218,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="loopback load against omni serve: batching on/off, HTTP overhead")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--mix", default="text,image,audio", help="request kinds, cycled: text, image, audio")
+    parser.add_argument("--mix", default="text,image,audio",
+                        help="request kinds, cycled: text, image, audio, video (a 4 s 640x360 H.264 + AAC clip)")
+    parser.add_argument("--no-caches", action="store_true", help="serve with the media and prefix caches off")
     parser.add_argument("--model", default=None, help="default: the embedded tiny checkpoint")
     parser.add_argument("--overhead-requests", type=int, default=200)
     parser.add_argument("--round-requests", type=int, default=100, help="requests per alternating on/off round")
@@ -248,6 +253,8 @@ def run_rounds(urls: dict[str, str], bodies: list[dict], concurrency: int,
 def measure_servers(args: argparse.Namespace, bodies: list[dict], logs: Path) -> tuple[dict[str, dict], dict]:
     """Start both servers, run the load rounds and the small-request overhead, stop them -> (per mode, overhead)."""
     model_args = (["--model", args.model] if args.model else []) + ["--torch-threads", str(args.torch_threads)]
+    if args.no_caches:
+        model_args += ["--media-cache-mb", "0", "--prefix-cache-mb", "0"]
     servers = start_servers({mode: (model_args + mode_args, logs / f"{mode}.log") for mode, mode_args in MODES.items()})
     urls = {mode: url for mode, (_, url) in servers.items()}
     try:

@@ -11,6 +11,7 @@
     resize.py     the reference's frame size chain: its pre-scale (swscale), then its processor's bicubic (torch)
     patches.py    frames <-> patch rows in the HF layout; PatchWriter writes them one frame at a time
     threads.py    ThreadBudget: the threads that decode media at once, lent to a request when idle
+    side_thread.py  SideThread: a video's helper thread (soundtrack in order; frame scaling shared with the caller)
     processor.py  decoded media -> the thinker's media tensors + placeholder ids; `media_on_device` normalises video
                   pixels on the model's device
     align.py      placeholder token layout of the media segment, audio-in-video interleave, token-count formulas

@@ -63,7 +63,8 @@ def unpatchify(patches: np.ndarray, grid: tuple[int, int, int], layout: PatchLay
 
 
 class PatchWriter:
-    """Frames of one size, appended in order, written straight into their patch rows (uint8).
+    """Frames of one size, written straight into their patch rows (uint8): appended in order, or reserved in order
+    (`reserve`, one thread) and filled in any order (`put`, from any thread, each index once).
 
     `expected_frames` sizes the buffer (from the header's duration; it grows by half when a clip has more frames
     than its header said; a tail never written costs no resident memory). `finish` repeats the last frame when the
@@ -96,15 +97,27 @@ class PatchWriter:
                             self.layout.patch_size)
         return view[:, :, :, :, :, slot]
 
-    def append(self, frame: np.ndarray) -> None:
-        """One (H, W, 3) uint8 frame, the next in time."""
-        needed = self._groups(self.count + 1) * self.rows_per_group
-        if needed > len(self._buffer):
+    @property
+    def grows_next(self) -> bool:
+        """Whether the next `reserve` reallocates the buffer (no `put` may run while it does)."""
+        return self._groups(self.count + 1) * self.rows_per_group > len(self._buffer)
+
+    def reserve(self) -> int:
+        """The next frame's index; grows the buffer when needed (one thread reserves; see `grows_next`)."""
+        if self.grows_next:
             grown = self._allocate(max(self._groups(self.count + 1), self._groups(self.count) * 3 // 2 + 1))
             grown[:len(self._buffer)] = self._buffer
             self._buffer = grown
-        self._slot(self.count)[...] = _blocks(frame[None, None], self.layout)[0, :, :, :, :, :, 0]
         self.count += 1
+        return self.count - 1
+
+    def put(self, index: int, frame: np.ndarray) -> None:
+        """One (H, W, 3) uint8 frame into the rows of reserved frame `index` (threads may fill distinct indices)."""
+        self._slot(index)[...] = _blocks(frame[None, None], self.layout)[0, :, :, :, :, :, 0]
+
+    def append(self, frame: np.ndarray) -> None:
+        """One (H, W, 3) uint8 frame, the next in time."""
+        self.put(self.reserve(), frame)
 
     def frame(self, index: int) -> np.ndarray:
         """Frame `index` back as (H, W, 3) (to repeat one)."""

@@ -22,9 +22,12 @@ in ONE demux pass.
   reference's (about 128-256 tokens per second of video).
 * Frames are written straight into their patch rows (`preprocess.patches.PatchWriter`, uint8), one frame at a
   time: no list of frames, no stacked copy, no float copy (normalising happens on the model's device).
-* Threads (`threads`, lent by the caller's budget): from 2, a helper thread decodes the soundtrack and scales the
-  kept frames while this one demuxes and decodes the picture (from 3, FFmpeg gets the others as frame threads);
-  1 = everything on this thread. The output does not depend on it; an error on the helper is raised here.
+* Threads (`threads`, lent by the caller's budget): from 2, a helper thread (`preprocess.side_thread`) decodes the
+  soundtrack while this one demuxes and decodes the picture; the kept frames are scaled on whichever of the two is
+  free (the helper, or this one when more than a few wait and at the end), each into its own patch rows, each
+  thread with its own scaler (from 3, FFmpeg gets the others as frame threads). 1 = everything on this thread.
+  The output does not depend on it; an error on the helper is raised here. A frame kept for several ticks is
+  scaled once.
 * The soundtrack goes through `audio.MonoResampler` (16 kHz mono float32, channels averaged by us) and is
   aligned to the first video frame: audio before it is dropped, a late-starting track is padded with silence.
 
@@ -34,8 +37,6 @@ the processor's resize kernel, in `preprocess.resize`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from typing import cast
@@ -49,10 +50,11 @@ from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 from preprocess.patches import PatchLayout, PatchWriter, unpatchify
 from preprocess.resize import FrameScaler, prescale_size, smart_resize
+from preprocess.side_thread import SideThread
 from preprocess.sniff import sniff_for_slot
 
 _TIME_EPS_S = 1e-6
-_AUDIO_PACKETS_PER_JOB = 16     # ~0.3 s of AAC: one hand-over to the helper thread per 16 packets
+_AUDIO_PACKETS_PER_JOB = 32     # ~0.7 s of AAC: one hand-over to the helper thread per 32 packets
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,8 @@ class _FrameSampler:
         self.max_kept = int(self.max_seconds * policy.fps) + 2
         self.expected_frames = min(expected_frames, self.max_kept)
         self.writer: PatchWriter | None = None     # made on the first frame, when the size is known
-        self.helper: _Helper | None = None         # set: kept frames are scaled there
-        self.scaler: FrameScaler | None = None
+        self.helper: SideThread | None = None      # set: kept frames are scaled there or, when it is behind, here
+        self._scalers = threading.local()          # one FrameScaler per thread (its swscale context is not shared)
         self.kept = 0
         self.times_s: list[float] = []    # the source time of each kept frame, from the first frame
         self.origin_s: float | None = None
@@ -144,7 +146,7 @@ class _FrameSampler:
         self.size: tuple[int, int] | None = None  # upright target (h, w)
         self.source_size = (0, 0)  # upright source (h, w)
         self._prev: tuple[av.VideoFrame, float] | None = None
-        self._cache: tuple[av.VideoFrame, np.ndarray] | None = None   # the last frame kept, scaled (kept again?)
+        self._pending: tuple[av.VideoFrame, list[int]] | None = None   # the last frame kept and its slots (again?)
 
     def _setup(self, frame: av.VideoFrame) -> None:
         if frame.width * frame.height > self.limits.max_video_frame_pixels:
@@ -157,7 +159,6 @@ class _FrameSampler:
                                                f"{self.limits.max_image_aspect_ratio:g}")
         self.source_size = (height, width)
         self.size = frame_size(height, width, self.policy)
-        self.scaler = FrameScaler(self.source_size, self.rotation, self.policy.max_decode_pixels, self.size)
         self.writer = PatchWriter(*self.size, self.policy.layout, self.expected_frames)
 
     def _time_s(self, frame: av.VideoFrame) -> float:
@@ -170,13 +171,31 @@ class _FrameSampler:
             raise CorruptMedia(self.item, "video frames carry no timestamps and the stream no frame rate")
         return self.decoded / float(rate)
 
-    def _pixels(self, frame: av.VideoFrame) -> np.ndarray:
-        if self._cache is not None and self._cache[0] is frame:
-            return self._cache[1]
-        assert self.scaler is not None, "set by _setup on the first frame, before any frame is kept"
-        array = self.scaler(frame)
-        self._cache = (frame, array)
-        return array
+    def _scaler(self) -> FrameScaler:
+        scaler: FrameScaler | None = getattr(self._scalers, "scaler", None)
+        if scaler is None:
+            assert self.size is not None, "set by _setup on the first frame, before any frame is kept"
+            scaler = self._scalers.scaler = FrameScaler(self.source_size, self.rotation,
+                                                        self.policy.max_decode_pixels, self.size)
+        return scaler
+
+    def _scale_into(self, frame: av.VideoFrame, slots: list[int]) -> None:
+        """Scale `frame` once (on whichever thread runs this) and write it into each of its slots."""
+        writer = self.writer
+        assert writer is not None, "set by _setup on the first frame"
+        pixels = self._scaler()(frame)
+        for index in slots:
+            writer.put(index, pixels)
+
+    def flush(self) -> None:
+        """Hand the last kept frame over to be scaled (now, or on the helper / whichever thread is free)."""
+        if self._pending is None:
+            return
+        job, self._pending = partial(self._scale_into, *self._pending), None
+        if self.helper is None:
+            job()
+        else:
+            self.helper.submit(job, shared=True)
 
     def _keep(self, frame: av.VideoFrame, time_s: float) -> None:
         if self.kept >= self.max_kept:
@@ -184,10 +203,15 @@ class _FrameSampler:
                                             f"max_video_seconds={self.limits.max_video_seconds:g}")
         writer = self.writer
         assert writer is not None, "set by _setup on the first frame"
-        if self.helper is None:
-            writer.append(self._pixels(frame))
-        else:       # scaled and written on the helper thread, in order, while this one decodes on
-            self.helper.submit(lambda: writer.append(self._pixels(frame)), heavy=True)
+        if self._pending is None or self._pending[0] is not frame:    # a frame kept for several ticks: scaled once
+            self.flush()
+        if writer.grows_next and self.helper is not None:
+            self.helper.finish()        # no frame may be written while the buffer is reallocated
+        index = writer.reserve()
+        if self._pending is None:
+            self._pending = (frame, [index])
+        else:
+            self._pending[1].append(index)
         self.kept += 1
         self.times_s.append(time_s)
 
@@ -265,50 +289,6 @@ def _check_header(video: av.video.stream.VideoStream, container: av.container.In
                                    f"{limits.max_video_seconds:g}")
 
 
-class _Helper:
-    """One background thread running jobs in the order given: a video's soundtrack and the scaling of its kept frames,
-    beside the thread that demuxes and decodes the picture. At most `backlog` heavy jobs (kept frames) wait at once.
-    The first error stops the jobs after it and is raised on the caller's thread (`check`, `finish`); `close` stops
-    it for good (pending jobs are dropped, a running one is waited for: the container outlives every job)."""
-
-    def __init__(self, backlog: int = 8) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="omni-video")
-        self._heavy = threading.BoundedSemaphore(backlog)
-        self._futures: list[Future[None]] = []
-        self.error: BaseException | None = None
-        self._stopped = False
-
-    def submit(self, job: Callable[[], None], heavy: bool = False) -> None:
-        self.check()
-        if heavy:
-            self._heavy.acquire()
-        self._futures.append(self._pool.submit(self._run, job, heavy))
-
-    def _run(self, job: Callable[[], None], heavy: bool) -> None:
-        try:
-            if self.error is None and not self._stopped:
-                job()
-        except Exception as exc:  # noqa: BLE001  (handed to the caller's thread, which raises it)
-            self.error = exc
-        finally:
-            if heavy:
-                self._heavy.release()
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def finish(self) -> None:
-        """Wait for every job; raise the first error."""
-        wait(self._futures)
-        self._futures.clear()
-        self.check()
-
-    def close(self) -> None:
-        self._stopped = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
 class _Packets:
     """Decodes one stream's packets and feeds its frames on (the soundtrack's, on the helper thread); counts the
     packets that fail to decode (skipped, as the picture's)."""
@@ -329,14 +309,15 @@ class _Packets:
 
 def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
            audio: av.audio.stream.AudioStream | None, sampler: _FrameSampler, soundtrack: _Soundtrack | None,
-           helper: _Helper | None = None) -> int:
+           helper: SideThread | None = None) -> int:
     """One pass over both streams; returns how many packets failed to decode (and were skipped). With a helper, the
     soundtrack is decoded there (and the sampler scales its frames there), concurrently with the picture here."""
     bad_packets = 0
     audio_packets = _Packets(soundtrack) if soundtrack is not None else None
     waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
+    picture = video.index
     for packet in container.demux(*[s for s in (video, audio) if s is not None]):
-        if packet.stream.type == "audio":
+        if packet.stream.index != picture:          # the soundtrack's (a flush packet has stream_index 0)
             if audio_packets is not None and helper is not None:
                 waiting.append(packet)
                 if len(waiting) >= _AUDIO_PACKETS_PER_JOB:
@@ -353,6 +334,7 @@ def _demux(container: av.container.InputContainer, video: av.video.stream.VideoS
         for frame in frames:
             if isinstance(frame, av.VideoFrame):        # a frame of `video`
                 sampler.add(frame)
+    sampler.flush()
     if helper is not None:
         if waiting and audio_packets is not None:
             helper.submit(partial(audio_packets, waiting))
@@ -390,7 +372,7 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
         _set_threads(video, threads)
         sampler = _FrameSampler(item, limits, policy, video, _expected_frames(video, container, policy))
         soundtrack = _Soundtrack(item, limits) if audio is not None else None
-        sampler.helper = helper = _Helper() if threads > 1 else None
+        sampler.helper = helper = SideThread() if threads > 1 else None
         try:
             bad_packets = _demux(container, video, audio, sampler, soundtrack, helper)
             samples = soundtrack.finish(sampler.origin_s or 0.0) if soundtrack is not None else None

@@ -27,6 +27,9 @@ CLIPS = {
     "mp4_h264_aac": lambda: fm.video_bytes(seconds=2.0),
     "webm_vp9_opus": lambda: fm.video_bytes("webm", "libvpx-vp9", "libopus", seconds=2.0),
     "mp4_fragmented": lambda: fm.video_bytes(options={"movflags": "frag_keyframe+empty_moov"}),
+    # no duration in the header: the patch buffer starts at 16 frames and grows while frames are being scaled
+    "mp4_fragmented_12_s": lambda: fm.video_bytes(seconds=12.0, width=64, height=48, fps=5,
+                                                  options={"movflags": "frag_keyframe+empty_moov"}),
     "variable_frame_rate": lambda: fm.video_bytes(frame_times=[0.0, 0.1, 0.15, 0.6, 0.7, 1.3, 1.35, 2.1]),
     "starts_at_1_5_s": lambda: fm.video_bytes(start_seconds=1.5, seconds=2.0),
     "rotated_90": lambda: fm.video_bytes(rotation_degrees=90),
