@@ -30,8 +30,9 @@ from omni.contract.errors import InvalidRequest
 from omni.contract.json_values import load_json
 from omni.contract.outcomes import OUTCOMES
 from omni.learn.review import label_id
+from omni.learn.review_filters import STATE_FILTERS, ItemFilter, ReviewInputError
 from omni.learn.review_history import UndoRefused
-from omni.learn.review_queue import ORDERS, STATE_FILTERS, ItemFilter, ReviewInputError, ReviewQueues, Viewer
+from omni.learn.review_queue import ORDERS, ReviewQueues, Viewer
 
 T = TypeVar("T")
 

@@ -7,8 +7,10 @@
     training.py      fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
     review.py        review directories: labels.jsonl (a dataset), media/ by content hash, decisions kept by a server
     review_history.py  history.jsonl: every label change, comment, flag, skip and undo; the review state rebuilt from it
-    review_queue.py  review queues: batch outputs and kept decisions, most uncertain first, filters, k reviewers per
-                     item and the disagreements queue, what reviewers do there
+    review_queue.py  review queues: most uncertain first, k reviewers per item and the disagreements queue, what
+                     reviewers do there
+    review_sources.py  where a queue's decided requests come from: a batch output, the decisions a server kept
+    review_filters.py  what a reviewer may narrow a queue's list to (question, answer, confidence, outcome, ...)
     agreement.py     agreement between reviewers (Cohen's, Fleiss' kappa) and with the model (numpy only)
     statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
     statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules

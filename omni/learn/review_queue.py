@@ -1,12 +1,11 @@
 """Review queues: decisions to look at again, most uncertain first, and what reviewers do with them.
 
-A queue is a source of decided requests: a batch output (`omni batch … --out OUT.jsonl`: each answered line, its
-request read from the batch's input file), the decisions a server kept in its review directory, or (under a policy)
-the decisions the policy sent to review, each with its reasons; a reviewer's labels there give the decision its final
-outcome, recorded with the labels. Items are ordered
-by uncertainty: the lowest confidence first (an item's confidence is its least confident question's top
+A queue is a source of decided requests (`review_sources`: a batch output, the decisions a server kept in its review
+directory, or, under a policy, the decisions the policy sent to review, each with its reasons; a reviewer's labels
+there give the decision its final outcome, recorded with the labels). Items are ordered by uncertainty: the lowest confidence first (an item's confidence is its least confident question's top
 probability), or nearest to an auto-decision threshold first; the items a reviewer skipped go last in their list.
-A list can be filtered by question, the model's answer, confidence, policy outcome, reviewer and state.
+A list can be filtered (`review_filters`) by question, the model's answer, confidence, policy outcome,
+reviewer and state.
 Labels, comments, flags, skips and undos go to the one review directory (`ReviewDir`), keyed by the item, so they are
 found again after a restart. With k reviewers per item (k>=2) each reviewer labels blind (sees their own labels and
 their own history), an item is done once k reviewers labelled every question, and a queue "disagreements" lists the
@@ -17,44 +16,33 @@ Knows nothing of HTTP, roles, the engine or the model.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
-from omni.contract.batch_file import read_batch_output
 from omni.contract.config import EngineConfig
 from omni.contract.json_values import JSONObject, JSONValue
-from omni.contract.outcomes import OUTCOMES, final_outcome
+from omni.contract.outcomes import final_outcome
 from omni.contract.policy import Policy
 from omni.contract.render import render_question
 from omni.contract.types import DecisionRequest
 from omni.learn.agreement import question_agreement
 from omni.learn.dataset import parse_request_line
-from omni.learn.review import ReviewDir, answer_confidence, top_answer
-from omni.learn.review_history import ADJUDICATION_QUEUE, MAX_REASON_CHARS, STATES, ItemState, ReviewHistory
+from omni.learn.review import ReviewDir, top_answer
+from omni.learn.review_filters import ItemFilter, ReviewInputError
+from omni.learn.review_history import ADJUDICATION_QUEUE, MAX_REASON_CHARS, ItemState, ReviewHistory
+from omni.learn.review_sources import BatchSource, Decided, KeptSource, ReviewSource
 
 BROWSER_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
                  "bmp": "image/bmp", "wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
                  "ogg": "audio/ogg", "aac": "audio/aac", "m4a": "audio/mp4", "mp4": "video/mp4",
                  "mov": "video/quicktime", "webm": "video/webm", "matroska": "video/x-matroska"}
 ORDERS = ("confidence", "threshold")
-STATE_FILTERS = (*STATES, "flagged")
 DISAGREEMENTS = ADJUDICATION_QUEUE
 PREVIEW_CHARS = 160
 MAX_FAILURES_SHOWN = 50           # a batch's failed lines listed with its queue (all are counted)
 DEFAULT_MAX_COMMENT_CHARS = 2000
-
-
-class ReviewInputError(ValueError):
-    """A filter, comment, flag or skip a reviewer cannot give as it is; `field` names what, the message the rule."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -64,171 +52,6 @@ class Viewer:
 
     name: str = "anonymous"
     sees_all: bool = False
-
-
-@dataclass(frozen=True)
-class ItemFilter:
-    """Which items of a queue a list shows (every field optional; given ones must all hold).
-    `answer` is the model's top answer (label id) to `question`; the confidence bounds apply to the question's
-    confidence when `question` is given, else the item's; `outcome` is a routed decision's overall policy outcome;
-    `reviewer` keeps the items they labelled, commented or flagged; `state` is unlabelled, partly, done or flagged."""
-
-    question: str | None = None
-    answer: str | None = None
-    min_confidence: float | None = None
-    max_confidence: float | None = None
-    outcome: str | None = None
-    reviewer: str | None = None
-    state: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.answer is not None and self.question is None:
-            raise ReviewInputError("answer", "answer filters the model's answer to a question: give question too")
-        for name in ("min_confidence", "max_confidence"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value <= 1.0:
-                raise ReviewInputError(name, f"{name} is a probability: 0..1, got {value}")
-        if self.min_confidence is not None and self.max_confidence is not None \
-                and self.min_confidence > self.max_confidence:
-            raise ReviewInputError("min_confidence", f"min_confidence {self.min_confidence} is above max_confidence "
-                                                     f"{self.max_confidence}")
-        if self.outcome is not None and self.outcome not in OUTCOMES:
-            raise ReviewInputError("outcome", f"outcome is one of {', '.join(OUTCOMES)}, not {self.outcome!r}")
-        if self.state is not None and self.state not in STATE_FILTERS:
-            raise ReviewInputError("state", f"state is one of {', '.join(STATE_FILTERS)}, not {self.state!r}")
-
-    def keeps(self, record: Decided, item: ItemState, state: str) -> bool:
-        if self.question is not None:
-            answer = record.answers.get(self.question)
-            if answer is None or self.answer is not None and top_answer(answer) != self.answer:
-                return False
-            confidence = answer_confidence(answer)
-        else:
-            confidence = record.confidence
-        if self.min_confidence is not None and confidence < self.min_confidence - 1e-12:
-            return False
-        if self.max_confidence is not None and confidence > self.max_confidence + 1e-12:
-            return False
-        if self.outcome is not None and record.outcome != self.outcome:
-            return False
-        if self.reviewer is not None and not item.touched_by(self.reviewer):
-            return False
-        return self.state is None or (item.flagged() if self.state == "flagged" else state == self.state)
-
-
-@dataclass(frozen=True)
-class Decided:
-    """One decided request of a source: its key, request body, where its relative media paths start, answers."""
-
-    key: str
-    body: JSONObject
-    root: Path
-    answers: dict[str, JSONObject]
-    route: JSONObject | None = None          # a policy's routing: queue, reasons, x_outcome
-    outcome: str | None = None               # the policy's overall outcome (act, review, pass), when one decided
-
-    @cached_property
-    def confidence(self) -> float:
-        return min((answer_confidence(a) for a in self.answers.values()), default=1.0)
-
-    @property
-    def questions(self) -> list[str]:
-        return list(self.answers)
-
-
-def _overall(*outcomes: JSONValue) -> str | None:
-    """The overall outcome of the first `x_outcome` given."""
-    for outcome in outcomes:
-        if isinstance(outcome, dict) and isinstance(outcome.get("overall"), str):
-            return outcome["overall"]
-    return None
-
-
-class BatchSource:
-    """The answered lines of a batch output; requests come from the batch's input file. Read again only when the
-    output file changed."""
-
-    kind = "batch"
-
-    def __init__(self, out_path: str | Path) -> None:
-        self.path = Path(out_path).resolve()
-        self.id = "b-" + hashlib.sha1(str(self.path).encode()).hexdigest()[:10]
-        self.name = self.path.name
-        self._read: tuple[tuple[int, int, int], list[Decided]] | None = None
-
-    def failures(self) -> list[JSONObject]:
-        """The batch's lines that got an error record: line, status and what the error says (first issue)."""
-        failed: list[JSONObject] = []
-        for line, record in sorted(read_batch_output(self.path).items()):
-            error = record.get("error")
-            if "response" in record or not isinstance(error, dict):
-                continue
-            detail = error.get("body", {}).get("detail") if isinstance(error.get("body"), dict) else None
-            if isinstance(detail, list) and detail and isinstance(detail[0], dict):
-                message = str(detail[0].get("msg", ""))
-            elif isinstance(detail, dict):
-                message = str(detail.get("message", ""))
-            else:
-                message = ""
-            failed.append({"line": line, "status": error.get("status"), "message": message[:300]})
-        return failed
-
-    def records(self) -> list[Decided]:
-        try:
-            stat = self.path.stat()
-            version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        except FileNotFoundError:
-            version = (0, 0, 0)
-        if self._read is not None and self._read[0] == version:
-            return self._read[1]
-        decided: list[Decided] = []
-        inputs: dict[Path, list[str]] = {}
-        for line, record in sorted(read_batch_output(self.path).items()):
-            if "response" not in record:
-                continue
-            source = (self.path.parent / record["input"]).resolve()
-            if source not in inputs:
-                inputs[source] = source.read_text(encoding="utf-8").split("\n")   # numbered as `omni batch` does
-            body = json.loads(inputs[source][line - 1])
-            response = record["response"]
-            decided.append(Decided(f"{self.id}-{line}", body, source.parent, response.get("answers", {}),
-                                   outcome=_overall(response.get("x_outcome"))))
-        self._read = (version, decided)
-        return decided
-
-
-class KeptSource:
-    """The decisions a server kept in the review directory: those a policy sent to review (`routed`, kept with their
-    route: queue, reasons, outcome) or the others."""
-
-    def __init__(self, review_dir: ReviewDir, routed: bool = False) -> None:
-        self.review_dir, self.routed = review_dir, routed
-        self.kind = self.id = "policy" if routed else "kept"
-        self.name = "to review (policy)" if routed else "kept decisions"
-        self._decided: list[Decided] = []          # built from the kept decisions read so far
-        self._last: JSONObject | None = None        # the last kept decision read (the file is appended to)
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def records(self) -> list[Decided]:
-        """The kept decisions of this source; only those kept since the last call are read."""
-        with self._lock:
-            kept = self.review_dir.decisions()
-            if len(kept) < self._count or self._count and kept[self._count - 1] is not self._last:
-                self._decided, self._count = [], 0                       # another file: read it anew
-            for r in kept[self._count:]:
-                route = r.get("x_route")
-                if isinstance(route, dict) is self.routed:
-                    route = route if isinstance(route, dict) else None
-                    self._decided.append(Decided(r["key"], r["request"], self.review_dir.root,
-                                                 r["response"].get("answers", {}), route,
-                                                 _overall(route.get("x_outcome") if route else None,
-                                                          r["response"].get("x_outcome"))))
-            self._count, self._last = len(kept), kept[-1] if kept else None
-            return list(self._decided)
-
-
-ReviewSource = BatchSource | KeptSource
 
 
 class ReviewQueues:

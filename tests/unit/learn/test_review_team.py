@@ -8,8 +8,9 @@ import pytest
 
 from omni.learn.dataset import load_dataset
 from omni.learn.review import REVIEW_DATASET_FILE, ReviewDir, dataset_path
+from omni.learn.review_filters import ItemFilter, ReviewInputError
 from omni.learn.review_history import UndoRefused
-from omni.learn.review_queue import DISAGREEMENTS, ItemFilter, ReviewInputError, ReviewQueues, Viewer
+from omni.learn.review_queue import DISAGREEMENTS, ReviewQueues, Viewer
 from tests.unit.learn.test_review import CONFIG, decided, request
 
 ALICE, BOB, CAROL = Viewer("alice"), Viewer("bob"), Viewer("carol")
