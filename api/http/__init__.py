@@ -12,6 +12,7 @@
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
     schemas.py     pydantic shapes for the OpenAPI docs (never used to validate)
+    review_schemas.py  the review routes' shapes and request bodies for the OpenAPI docs
     metrics.py     Prometheus metrics of one app
     webhooks.py    signed webhook deliveries: bounded queue, retries with backoff, dead-letter file, drain
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Depends, Request
 from starlette.exceptions import HTTPException
 
-from api.http import schemas
+from api.http import review_schemas, schemas
 from api.http.routes import require_role, service
 from api.http.settings import GUIDELINES_FLAG, Settings, SettingsError, guideline_entries
 
@@ -90,7 +90,7 @@ class Guidelines:
 
 
 router = APIRouter(prefix="/v1/review", tags=["review"], dependencies=[Depends(require_role("reviewer"))],
-                   responses=schemas.REVIEW_RESPONSES)
+                   responses=review_schemas.REVIEW_RESPONSES)
 
 
 @router.get("/queues/{queue_id}/guidelines", response_model=schemas.Guidelines,

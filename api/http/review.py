@@ -23,7 +23,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from api.http import schemas
+from api.http import review_schemas
 from api.http.identity import caller_of
 from api.http.routes import require_role, service
 from omni.contract.errors import InvalidRequest
@@ -37,7 +37,7 @@ from omni.learn.review_queue import ORDERS, ReviewQueues, Viewer
 T = TypeVar("T")
 
 router = APIRouter(prefix="/v1/review", dependencies=[Depends(require_role("reviewer"))], tags=["review"],
-                   responses=schemas.REVIEW_RESPONSES)
+                   responses=review_schemas.REVIEW_RESPONSES)
 REPORT_FILES = ("metrics.json", "report.md")
 
 
@@ -80,13 +80,13 @@ async def _body(request: Request, example: str) -> dict:
     return body
 
 
-@router.get("/queues", response_model=schemas.ReviewQueueList,
+@router.get("/queues", response_model=review_schemas.ReviewQueueList,
             summary="the review queues: batch outputs, kept decisions, disagreements (k>=2)")
 def queues(request: Request) -> dict:
     return {"queues": _queues(request).queues()}
 
 
-@router.get("/queues/{queue_id}/items", response_model=schemas.ReviewEntryList,
+@router.get("/queues/{queue_id}/items", response_model=review_schemas.ReviewEntryList,
             summary="a queue's items, most uncertain first (the caller's skipped ones last), filtered")
 def items(request: Request, queue_id: str, order: str = Query("confidence", pattern="^(" + "|".join(ORDERS) + ")$"),
           threshold: float = Query(0.9, ge=0.0, le=1.0),
@@ -106,7 +106,7 @@ def items(request: Request, queue_id: str, order: str = Query("confidence", patt
     return {"items": _found(_queues(request).items, queue_id, order, threshold, where, _viewer(request))}
 
 
-@router.get("/queues/{queue_id}/items/{key}", response_model=schemas.ReviewItem,
+@router.get("/queues/{queue_id}/items/{key}", response_model=review_schemas.ReviewItem,
             summary="one item: state, questions, answers, labels, history, comments, flags, skips, media")
 def item(request: Request, queue_id: str, key: str) -> dict:
     return _found(_queues(request).item, queue_id, key, _viewer(request))
@@ -119,9 +119,9 @@ def media(request: Request, queue_id: str, key: str, index: int) -> Response:
     return Response(data, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"})
 
 
-@router.put("/queues/{queue_id}/items/{key}/labels", response_model=schemas.ReviewLabels,
+@router.put("/queues/{queue_id}/items/{key}/labels", response_model=review_schemas.ReviewLabels,
             summary="save labels (null clears one); saved at once, each change in the history",
-            openapi_extra=schemas.REVIEW_LABELS_BODY)
+            openapi_extra=review_schemas.REVIEW_LABELS_BODY)
 async def label(request: Request, queue_id: str, key: str) -> dict:
     body = load_json(await request.body())          # unreadable JSON: 422 json_invalid, as on /v1/systemone
     labels = body.get("labels") if isinstance(body, dict) else None
@@ -140,30 +140,30 @@ async def label(request: Request, queue_id: str, key: str) -> dict:
         raise InvalidRequest.one(("labels",), str(exc)) from None
 
 
-@router.post("/queues/{queue_id}/items/{key}/comments", status_code=201, response_model=schemas.ReviewComment,
-             summary="comment on an item", openapi_extra=schemas.REVIEW_COMMENT_BODY)
+@router.post("/queues/{queue_id}/items/{key}/comments", status_code=201, response_model=review_schemas.ReviewComment,
+             summary="comment on an item", openapi_extra=review_schemas.REVIEW_COMMENT_BODY)
 async def comment(request: Request, queue_id: str, key: str) -> dict:
     body = await _body(request, '{"text": "…"}')
     return await _run(_queues(request).comment, queue_id, key, body.get("text"), _viewer(request))
 
 
-@router.post("/queues/{queue_id}/items/{key}/flag", status_code=201, response_model=schemas.ReviewMark,
-             summary="flag an item for attention, with a reason", openapi_extra=schemas.REVIEW_FLAG_BODY)
+@router.post("/queues/{queue_id}/items/{key}/flag", status_code=201, response_model=review_schemas.ReviewMark,
+             summary="flag an item for attention, with a reason", openapi_extra=review_schemas.REVIEW_FLAG_BODY)
 async def flag(request: Request, queue_id: str, key: str) -> dict:
     body = await _body(request, '{"reason": "…"}')
     return await _run(_queues(request).flag, queue_id, key, body.get("reason"), _viewer(request))
 
 
-@router.post("/queues/{queue_id}/items/{key}/skip", status_code=201, response_model=schemas.ReviewMark,
-             summary="skip an item (it goes last in the caller's list)", openapi_extra=schemas.REVIEW_SKIP_BODY)
+@router.post("/queues/{queue_id}/items/{key}/skip", status_code=201, response_model=review_schemas.ReviewMark,
+             summary="skip an item (it goes last in the caller's list)", openapi_extra=review_schemas.REVIEW_SKIP_BODY)
 async def skip(request: Request, queue_id: str, key: str) -> dict:
     body = await _body(request, '{"reason": "…"} or {}') if await request.body() else {}
     return await _run(_queues(request).skip, queue_id, key, body.get("reason"), _viewer(request))
 
 
-@router.post("/queues/{queue_id}/items/{key}/undo", response_model=schemas.ReviewUndone,
-             responses=schemas.UNDO_RESPONSES, summary="undo the caller's own label change, flag or skip",
-             openapi_extra=schemas.REVIEW_UNDO_BODY)
+@router.post("/queues/{queue_id}/items/{key}/undo", response_model=review_schemas.ReviewUndone,
+             responses=review_schemas.UNDO_RESPONSES, summary="undo the caller's own label change, flag or skip",
+             openapi_extra=review_schemas.REVIEW_UNDO_BODY)
 async def undo(request: Request, queue_id: str, key: str) -> dict:
     body = await _body(request, '{"event": "e-…"}')
     event = body.get("event")
@@ -173,7 +173,7 @@ async def undo(request: Request, queue_id: str, key: str) -> dict:
     return await _run(_queues(request).undo, queue_id, key, event, _viewer(request))
 
 
-@router.get("/agreement", dependencies=[Depends(require_role("admin"))], response_model=schemas.ReviewAgreement,
+@router.get("/agreement", dependencies=[Depends(require_role("admin"))], response_model=review_schemas.ReviewAgreement,
             summary="agreement per question: between reviewers (Cohen's or Fleiss' kappa) and with the model")
 def agreement(request: Request) -> dict:
     return _queues(request).agreement()
@@ -185,12 +185,12 @@ def report_dirs(paths: tuple[str, ...]) -> dict[str, Path]:
     return {"r-" + hashlib.sha1(str(Path(p).resolve()).encode()).hexdigest()[:10]: Path(p).resolve() for p in paths}
 
 
-@router.get("/reports", dependencies=[Depends(require_role("admin"))], response_model=schemas.ReportList, summary="the eval reports this server shows")
+@router.get("/reports", dependencies=[Depends(require_role("admin"))], response_model=review_schemas.ReportList, summary="the eval reports this server shows")
 def reports(request: Request) -> dict:
     return {"reports": [{"id": rid, "name": path.name} for rid, path in service(request).reports.items()]}
 
 
-@router.get("/reports/{report_id}", dependencies=[Depends(require_role("admin"))], response_model=schemas.Report, summary="one eval report: metrics.json, report.md, its figures")
+@router.get("/reports/{report_id}", dependencies=[Depends(require_role("admin"))], response_model=review_schemas.Report, summary="one eval report: metrics.json, report.md, its figures")
 def report(request: Request, report_id: str) -> dict:
     path = _report(request, report_id)
     metrics = json.loads((path / "metrics.json").read_text(encoding="utf-8"))
