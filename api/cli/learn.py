@@ -20,15 +20,21 @@ if TYPE_CHECKING:
     from omni.model.clef import ClefModel
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data", help="labelled dataset: JSONL, one System One request with `labels` per line, or "
-                        "a review directory (its labels.jsonl)")
-    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny default)")
+def add_model_flags(parser: argparse.ArgumentParser,
+                    model_help: str = "checkpoint directory or hub id (default: the embedded tiny default)") -> None:
+    """The flags of a command that loads the model in-process (`omni eval`, `omni calibrate`, `omni policy ...`)."""
+    parser.add_argument("--model", help=model_help)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--batch-size", type=int, default=4, help="records per forward pass (default 4)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data", help="labelled dataset: JSONL, one System One request with `labels` per line, or "
+                        "a review directory (its labels.jsonl)")
+    add_model_flags(parser)
 
 
 def load_model(args: argparse.Namespace) -> ClefModel:

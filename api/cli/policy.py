@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from api.cli.decide import quiet_model_loading
-from api.cli.learn import dataset_file, labelled_records, learn_config, load_model, say
+from api.cli.learn import add_model_flags, dataset_file, labelled_records, learn_config, load_model, say
 
 if TYPE_CHECKING:
     from omni.contract.config import EngineConfig
@@ -39,14 +39,9 @@ def _fraction(text: str) -> float:
 
 
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded demo model)")
+    add_model_flags(parser, "checkpoint directory or hub id (default: the embedded demo model)")
     parser.add_argument("--calibration", action="store_true",
                         help="apply the checkpoint's calibration.json, as a server run with calibration on does")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
-    parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--batch-size", type=int, default=4, help="records per forward pass (default 4)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
