@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import math
 from pathlib import Path
 
 import av
@@ -25,6 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
+from fixtures.make_video_reference import load_video, sample_positions
 from preprocess.processor import encode_item, media_on_device
 from preprocess.resize import smart_resize
 from preprocess.video import decode_video
@@ -40,11 +40,6 @@ ONE_LEVEL = 2 / 255
 # size class -> max |ours - reference| in normalised units (0: bit for bit, see the module docstring)
 TOLERANCE = {"upscale_256x256": 0.0, "downscale_1280x720": 0.0, "odd_300x170": 0.0, "odd_prescaled_998x562": 0.0,
              "portrait_upscale_170x300": 0.0}
-
-
-def sample_positions(size: int, count: int) -> np.ndarray:
-    """As fixtures/make_video_reference.py picks them."""
-    return np.arange(count, dtype=np.int64) * 1_000_003 % size
 
 
 def our_pixels(data: bytes, image_processor, threads: int = 1) -> tuple[torch.Tensor, list[int]]:
@@ -89,23 +84,6 @@ def test_the_fixtures_tell_the_old_single_bilinear_resize_apart():
 
 
 # ---------------------------------------------------------------------- the reference processor's tensor for fan.mp4
-def reference_load_video(data: bytes) -> np.ndarray:
-    """The Clef reference's `load_video` frames (joint_schema_model.py), unchanged: 2 fps by time, <= 262,144 px."""
-    frames: list[np.ndarray] = []
-    with av.open(io.BytesIO(data)) as container:
-        stream = next(s for s in container.streams if s.type == "video")
-        for frame in container.decode(stream):
-            if frame.time is None or frame.time + 1e-6 < len(frames) / 2.0:
-                continue
-            scale = min(1.0, math.sqrt(262144 / (frame.width * frame.height)))
-            width = max(2, round(frame.width * scale / 2) * 2)
-            height = max(2, round(frame.height * scale / 2) * 2)
-            frames.append(frame.to_ndarray(format="rgb24", width=width, height=height))
-    if len(frames) % 2:
-        frames.append(frames[-1])
-    return np.stack(frames)
-
-
 def patchify_pair(frames: np.ndarray, grid: list[int]) -> np.ndarray:
     """(T, H, W, 3) -> the processor's rows, by its own view/permute (transformers' Qwen2VLVideoProcessor)."""
     t, h, w = grid
@@ -118,7 +96,7 @@ def reference_fan_pixels() -> torch.Tensor:
     bicubic (the same kernel up to one level at a few hundred places), the recorded corrections, its patch layout and
     normalisation; checked against the sha256 of the real processor's output."""
     expected = REFERENCE["fan"]
-    frames = reference_load_video((ROOT / expected["file"]).read_bytes())
+    frames = load_video((ROOT / expected["file"]).read_bytes())
     height, width = smart_resize(*frames.shape[1:3], 32, 131072, 786432)
     resized = np.stack([np.asarray(Image.fromarray(f).resize((width, height), Image.BICUBIC)) for f in frames])
     flat = resized.reshape(-1).astype(np.int16)
