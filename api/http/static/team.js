@@ -61,20 +61,25 @@ export function flagsBlock(item) {
       `Skipped by ${s.reviewer} (${when(s.at)})${s.reason ? `: ${s.reason}` : ""}`)));
 }
 
+// A one-field form that must not be sent empty: `field` is the input, `onSend(text)` may throw (shown in the form).
+function requiredTextForm(cls, field, label, emptyMessage, onSend, buttons, attrs = {}) {
+  const error = el("p", { class: "error", role: "alert" });
+  return el("form", { class: cls, ...attrs, onsubmit: async (e) => {
+    e.preventDefault();
+    error.textContent = "";
+    const text = field.value.trim();
+    if (!text) { error.textContent = emptyMessage; field.focus(); return; }
+    try { await onSend(text); } catch (err) { error.textContent = err.message; }
+  } },
+  el("label", { for: field.id, class: "block", text: label }), field, el("div", { class: "row" }, ...buttons), error);
+}
+
 export function commentsBlock(item, onComment, maxChars) {
   const comments = item.comments || [];
   const box = el("textarea", { id: "comment-text", rows: 2, maxlength: maxChars ? String(maxChars) : null,
     placeholder: "A note for the team: what is unclear, what you saw" });
-  const error = el("p", { class: "error", role: "alert" });
-  const form = el("form", { class: "comment-form", onsubmit: async (e) => {
-    e.preventDefault();
-    error.textContent = "";
-    const text = box.value.trim();
-    if (!text) { error.textContent = "write a comment first"; box.focus(); return; }
-    try { await onComment(text); } catch (err) { error.textContent = err.message; }
-  } },
-  el("label", { for: "comment-text", class: "block", text: "Comment" }), box,
-  el("div", { class: "row" }, el("button", { type: "submit", text: "Add comment" })), error);
+  const form = requiredTextForm("comment-form", box, "Comment", "write a comment first", onComment,
+    [el("button", { type: "submit", text: "Add comment" })]);
   return el("section", { class: "trail comments", "aria-label": "Comments" },
     el("h3", { text: `Comments (${comments.length})` }),
     comments.length ? el("ol", { class: "comment-list" }, comments.map((c) => el("li", { "data-comment": c.id },
@@ -87,17 +92,9 @@ export function commentsBlock(item, onComment, maxChars) {
 export function flagForm(onFlag) {
   const input = el("input", { type: "text", id: "flag-reason", maxlength: "500", required: true,
     placeholder: "why: unclear media, a question that does not fit, …" });
-  const error = el("p", { class: "error", role: "alert" });
-  const form = el("form", { class: "flag-form", hidden: true, onsubmit: async (e) => {
-    e.preventDefault();
-    error.textContent = "";
-    const reason = input.value.trim();
-    if (!reason) { error.textContent = "say why you flag it"; input.focus(); return; }
-    try { await onFlag(reason); } catch (err) { error.textContent = err.message; }
-  } },
-  el("label", { for: "flag-reason", class: "block", text: "Flag this item: reason" }), input,
-  el("div", { class: "row" }, el("button", { type: "submit", class: "primary", text: "Flag" }),
-    el("button", { type: "button", text: "Cancel", onclick: () => { form.hidden = true; } })), error);
+  const form = requiredTextForm("flag-form", input, "Flag this item: reason", "say why you flag it", onFlag,
+    [el("button", { type: "submit", class: "primary", text: "Flag" }),
+      el("button", { type: "button", text: "Cancel", onclick: () => { form.hidden = true; } })], { hidden: true });
   return form;
 }
 
