@@ -476,9 +476,13 @@ const review = {
 
   renderList() {
     $("#items").replaceChildren(...this.items.map((it, i) => el("li", {},
-      // after a click the item has the focus, so Enter accepts the model's answer instead of opening the item again
+      // after a click the item has the focus, so Enter accepts the model's answer instead of opening the item again;
+      // the item loads in the keys' queue, so a key pressed while it loads acts on it once it is shown
       el("button", { type: "button", "data-key": it.key, "aria-current": String(i === this.index),
-        onclick: () => this.show(i).then(() => $("#item").focus({ preventScroll: true })) },
+        onclick: () => {
+          $("#item").focus({ preventScroll: true });
+          this.keys = this.keys.then(() => this.show(i)).catch((err) => { $("#review-error").textContent = err.message; });
+        } },
         el("span", { class: "conf", text: pct(it.confidence) }),
         el("span", { class: (it.state ? it.state === "done" : it.labelled >= it.questions) ? "done" : "", text: `${it.labelled}/${it.questions} labelled${it.flagged ? " · flagged" : ""}${it.skipped ? " · skipped" : ""}` }),
         el("span", { class: "preview", text: it.preview })))));
