@@ -5,7 +5,8 @@ ON (the shipped defaults: up to 8 records / 16k tokens, 5 ms max wait) and OFF (
 same request list (default 400 requests, 16 in flight, a mix of text / image / audio System One requests in Clef
 JSON form; `--mix` adds video; `--no-caches` turns the media and prefix caches off, so that every repeated photo,
 clip and video is decoded again) after a warm-up, in rounds that alternate ON and OFF so load from other processes
-on a shared machine hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios on/off.
+on a shared machine hits both alike; printed per mode: p50 / p99 latency, throughput, status counts, and the ratios
+on/off.
 Then HTTP overhead for small requests: sequential small text requests to the OFF server from httpx and from the
 standard library's http.client, and to the ON server from http.client, taking turns one by one with in-process
 `DecisionEngine.decide` on the same checkpoint (median latency ratio per way, plus the server's own stages).
@@ -54,7 +55,7 @@ SMOKE = {"requests": 24, "concurrency": 4, "overhead_requests": 10, "round_reque
 
 
 def request_bodies(mix: list[str], n: int) -> list[dict]:
-    """`n` System One bodies with QUESTIONS, cycling through the `mix` kinds (text, image, audio as data URLs)."""
+    """`n` System One bodies with QUESTIONS, cycling through the `mix` kinds (text; image, audio, video as data URLs)."""
     from fixtures.media import image_bytes, video_bytes, wav_bytes
 
     def url(mime: str, data: bytes) -> str:

@@ -1,6 +1,7 @@
 """`SideThread`: one helper thread beside the caller's, with two kinds of jobs.
 
-* ordered jobs (a video's soundtrack: a resampler keeps state) run on the helper only, in the order given;
+* ordered jobs (a video's soundtrack: a resampler keeps state) run on the helper only, in the order given, before
+  any shared job waiting;
 * shared jobs (scaling one kept frame into its own patch rows: independent of each other) run on the helper, or on
   the caller's thread when more than `backlog` of them wait: the caller then takes the oldest itself instead of
   waiting, and `finish` has the caller take what is left. So the two threads split the work by who is free: the
@@ -26,8 +27,8 @@ class SideThread:
 
     def __init__(self, backlog: int = 3, name: str = "omni-video") -> None:
         self.backlog = max(0, backlog)
-        self._jobs: deque[tuple[bool, Callable[[], None]]] = deque()    # (shared, job), in submission order
-        self._shared_waiting = 0
+        self._ordered: deque[Callable[[], None]] = deque()     # the helper's alone, in submission order
+        self._shared: deque[Callable[[], None]] = deque()      # either thread's, oldest first
         self._running = 0           # jobs running on the helper now
         self._cond = threading.Condition()
         self._closed = False
@@ -40,27 +41,18 @@ class SideThread:
         """Queue `job`; a shared one may be run right here instead (the oldest waiting) when the helper is behind."""
         self.check()
         with self._cond:
-            self._jobs.append((shared, job))
-            self._shared_waiting += shared
+            (self._shared if shared else self._ordered).append(job)
             self._cond.notify_all()
-        while shared and self._shared_waiting > self.backlog and self._run_one_shared():
+        while shared and len(self._shared) > self.backlog and self._run_one_shared():
             pass
-
-    def _take_shared(self) -> Callable[[], None] | None:
-        with self._cond:
-            for index, (shared, job) in enumerate(self._jobs):
-                if shared:
-                    del self._jobs[index]
-                    self._shared_waiting -= 1
-                    return job
-        return None
 
     def _run_one_shared(self) -> bool:
         """Run the oldest waiting shared job on this (the caller's) thread; False when none waits."""
         self.check()
-        job = self._take_shared()
-        if job is None:
-            return False
+        with self._cond:
+            if not self._shared:
+                return False
+            job = self._shared.popleft()
         job()
         self.ran_on_caller += 1
         return True
@@ -68,12 +60,11 @@ class SideThread:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs and not self._closed:
+                while not (self._ordered or self._shared) and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
-                shared, job = self._jobs.popleft()
-                self._shared_waiting -= shared
+                job = (self._ordered or self._shared).popleft()     # the soundtrack first: only this thread has it
                 self._running += 1
             try:
                 if self.error is None:
@@ -96,7 +87,7 @@ class SideThread:
         while self._run_one_shared():
             pass
         with self._cond:
-            while (self._jobs or self._running) and self.error is None:
+            while (self._ordered or self._shared or self._running) and self.error is None:
                 self._cond.wait()
             while self._running:            # after an error: let the running job end (it may read the demuxer)
                 self._cond.wait()
@@ -106,7 +97,7 @@ class SideThread:
         """Stop for good: waiting jobs are dropped, a running one is waited for."""
         with self._cond:
             self._closed = True
-            self._jobs.clear()
-            self._shared_waiting = 0
+            self._ordered.clear()
+            self._shared.clear()
             self._cond.notify_all()
         self._thread.join()

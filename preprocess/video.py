@@ -315,9 +315,8 @@ def _demux(container: av.container.InputContainer, video: av.video.stream.VideoS
     bad_packets = 0
     audio_packets = _Packets(soundtrack) if soundtrack is not None else None
     waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
-    picture = video.index
     for packet in container.demux(*[s for s in (video, audio) if s is not None]):
-        if packet.stream.index != picture:          # the soundtrack's (a flush packet has stream_index 0)
+        if packet.stream.type == "audio":
             if audio_packets is not None and helper is not None:
                 waiting.append(packet)
                 if len(waiting) >= _AUDIO_PACKETS_PER_JOB:

@@ -481,7 +481,7 @@ const review = {
       el("button", { type: "button", "data-key": it.key, "aria-current": String(i === this.index),
         onclick: () => {
           $("#item").focus({ preventScroll: true });
-          this.keys = this.keys.then(() => this.show(i)).catch((err) => { $("#review-error").textContent = err.message; });
+          this.enqueue(() => this.show(i));
         } },
         el("span", { class: "conf", text: pct(it.confidence) }),
         el("span", { class: (it.state ? it.state === "done" : it.labelled >= it.questions) ? "done" : "", text: `${it.labelled}/${it.questions} labelled${it.flagged ? " · flagged" : ""}${it.skipped ? " · skipped" : ""}` }),
@@ -691,7 +691,12 @@ const review = {
     if (!ours) return;
     e.preventDefault();
     const key = undo ? "undo" : e.key;
-    this.keys = this.keys.then(() => this.act(key)).catch((err) => { $("#review-error").textContent = err.message; });
+    this.enqueue(() => this.act(key));
+  },
+
+  // keys and item loads run one after another, in the order they came; an error is shown, the queue goes on
+  enqueue(task) {
+    this.keys = this.keys.then(task).catch((err) => { $("#review-error").textContent = err.message; });
   },
 
   async act(key) {
