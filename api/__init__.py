@@ -1,7 +1,7 @@
 """api: the edges of omni-decide, over the core in `omni/`. Imports go one way, down this list:
 
     api/cli/      the `omni` command: decide, make-tiny, serve, review, batch (in-process or --url), eval,
-                  calibrate, finetune
+                  calibrate, finetune, export, replay, policy, report, doctor
     api/cluster/  `omni serve --ray`: the same app on Ray Serve, one engine per replica (the only room that imports Ray)
     api/http/     the FastAPI service: app, routes (System One, Cloudflare's route, review), the workbench page,
                   transport (bytes -> JSON + parts), schemas (docs only), the one error table, Prometheus metrics,
@@ -9,5 +9,6 @@
 
 Requests enter through `omni.contract.request.parse_request` (the one wire parser) and are answered by an engine
 with the `omni.serve.surface.ServingEngine` surface (`DecisionEngine` in-process, `RemoteEngine` on Ray); the CLI's
-learning commands use `omni.learn` and `omni.model`. Never imports torch itself.
+learning commands use `omni.learn` and `omni.model`, the review commands `omni.review`, the policy, report and
+export commands `omni.governance`. Never imports torch itself.
 """

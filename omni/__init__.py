@@ -1,7 +1,10 @@
 """omni: the decision core, one room per job. Imports go one way, down this list:
 
+    omni/governance/  over logged and labelled decisions: policy fit and its report, drift, DSA statements (may use learn)
     omni/serve/     the DecisionEngine (given a model) and its micro-batcher: admission, decode pool, one model thread
-    omni/learn/     labelled datasets, evaluation, metrics, plots, fine-tuning (beside serve; neither imports the other)
+    omni/review/    the review workflow: review directories, queues, their sources and filters, history, agreement
+    omni/learn/     labelled datasets, evaluation, metrics, plots, fine-tuning
+                    (serve, review and learn sit side by side: none imports another)
     omni/model/     ClefModel with the ONE prepare (media + prompt + positions), backbone, head, checkpoints, export
     omni/contract/  the wire in and out for every edge: types, errors, config, the one request parser, answers
 

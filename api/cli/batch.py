@@ -152,7 +152,7 @@ def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: f
     """The in-process backend for a backlog at `input_path`: its lines parsed with the engine's own rules."""
     from api.http.errors import BodyTooLarge
     from api.http.settings import Settings
-    from omni.learn.dataset import parse_request_line
+    from omni.contract.request_line import parse_request_line
     from omni.serve.backlog import EngineBackend
 
     root = Path(input_path).resolve().parent

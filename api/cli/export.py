@@ -1,6 +1,6 @@
 """`omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a decision log.
 
-Reads the log (`omni.serve.decision_log_files.read_records`), the map (`omni.learn.statements.load_statement_map`)
+Reads the log (`omni.serve.decision_log_files.read_records`), the map (`omni.governance.statements.load_statement_map`)
 and, with `--review-dir`, the reviewers' labels of kept decisions (a labelled decision is only partially automated,
 and its labels prevail); writes one statement per selected decision to a temporary file renamed over `--out` only
 when the whole log was read without error, so a failed export never leaves half a file. A summary and every skipped
@@ -31,8 +31,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from omni.learn.review import ReviewDir
-    from omni.learn.statements import ExportTally, export_statements, load_statement_map
+    from omni.governance.statements import ExportTally, export_statements, load_statement_map
+    from omni.review.directory import ReviewDir
     from omni.serve.decision_log_files import read_records
 
     statement_map = load_statement_map(args.map_path)

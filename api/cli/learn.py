@@ -57,7 +57,7 @@ def learn_config(args: argparse.Namespace) -> EngineConfig:
 def dataset_file(path: str) -> Path:
     """The dataset file a DATA argument names: the file itself, or a review directory's labels.jsonl."""
     from omni.learn.dataset import DatasetError
-    from omni.learn.review import REVIEW_DATASET_FILE, dataset_path
+    from omni.review.directory import REVIEW_DATASET_FILE, dataset_path
 
     file = dataset_path(path)
     if Path(path).is_dir() and not file.is_file():

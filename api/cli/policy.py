@@ -4,8 +4,8 @@
 An edge like `api/cli/learn.py`, whose dataset and model helpers it reuses: parses flags, reads the old policy and
 the dataset (a JSONL file or a review directory's labels.jsonl) before any model work, runs the model once over the
 records (`omni.learn.evaluation.collect_logits`), turns each labelled question into the answer the server would give
-(`omni.learn.policy_fit.answered`), and hands the fitting to `omni.learn.policy_fit` and the files to
-`omni.learn.policy_report`. Knows nothing of model internals or HTTP.
+(`omni.governance.policy_fit.answered`), and hands the fitting to `omni.governance.policy_fit` and the files to
+`omni.governance.policy_report`. Knows nothing of model internals or HTTP.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from api.cli.learn import add_model_flags, dataset_file, labelled_records, learn
 
 if TYPE_CHECKING:
     from omni.contract.config import EngineConfig
+    from omni.governance.policy_fit import AnsweredQuestion
     from omni.learn.dataset import LabelledRequest
-    from omni.learn.policy_fit import AnsweredQuestion
     from omni.model.calibration import Calibration
     from omni.model.surface import DecisionModel
 
@@ -76,8 +76,8 @@ def answer_dataset(model: DecisionModel[Any], records: Sequence[LabelledRequest]
                    source: str = "dataset") -> list[AnsweredQuestion]:
     """Every labelled question of `records`, answered by `model` as the server would answer it."""
     from omni.contract.outcomes import modalities_of_slots
+    from omni.governance.policy_fit import answered
     from omni.learn.evaluation import collect_logits, probabilities_of
-    from omni.learn.policy_fit import answered
 
     by_line = {record.line: record for record in records}
     rows = []
@@ -106,8 +106,8 @@ def _answers(args: argparse.Namespace, data: str) -> tuple[list[AnsweredQuestion
 
 def run_fit(args: argparse.Namespace) -> int:
     from omni.contract.policy import parse_policy, read_policy
-    from omni.learn.policy_fit import apply_policy, fit_policy
-    from omni.learn.policy_report import format_table, policy_toml, write_report
+    from omni.governance.policy_fit import apply_policy, fit_policy
+    from omni.governance.policy_report import format_table, policy_toml, write_report
 
     old = read_policy(args.old) if args.old else None
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
@@ -150,8 +150,8 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     from omni.contract.policy import read_policy
-    from omni.learn.policy_fit import apply_policy
-    from omni.learn.policy_report import format_applied, toml_value
+    from omni.governance.policy_fit import apply_policy
+    from omni.governance.policy_report import format_applied, toml_value
 
     policy = read_policy(args.file)
     print(f"version  {policy.version}\nsha256   {policy.sha256}\nfile     {args.file}")

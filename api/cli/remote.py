@@ -1,6 +1,6 @@
 """A backlog backend that sends each line to a running `omni serve` (`omni batch --url`), with httpx.
 
-A line is read as a backlog line (`omni.learn.dataset.read_request_line`: JSON, `labels` dropped, media paths read
+A line is read as a backlog line (`omni.contract.request_line.read_request_line`: JSON, `labels` dropped, media paths read
 relative to the input file) and posted to `POST /v1/systemone`: as JSON when it has no media files, else as
 multipart/form-data, a `request` part holding the JSON plus one part per file, named by its slot (`images`, `audio`,
 `videos`) with the path as its filename; no base64. The server answers every rule of the request, so a record holds
@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from omni.learn.dataset import RequestLine, read_request_line
+from omni.contract.request_line import RequestLine, read_request_line
 from omni.serve.backlog import BackendUnavailable, LineFailed
 
 RETRY_STATUSES = (429, 503)

@@ -144,7 +144,7 @@ def _replay(args: argparse.Namespace, config: EngineConfig, selected: set[tuple[
     from tqdm import tqdm
 
     from api.cli.decide import quiet_model_loading
-    from omni.learn.dataset import parse_request_line
+    from omni.contract.request_line import parse_request_line
     from omni.serve.engine import DecisionEngine
     from omni.serve.replay import ReplaySummary, loaded, replay
 

@@ -1,7 +1,7 @@
 """`omni report drift LOG --window 1h`: how the answers, confidence and outcomes of logged decisions move over time.
 
 Reads the decision log (`omni.serve.decision_log_files.read_records`, a progress bar on stderr when reading takes a
-while) and hands the plain records to `omni.learn.drift`, which buckets them into windows of `--window` (30m, 1h, 6h,
+while) and hands the plain records to `omni.governance.drift`, which buckets them into windows of `--window` (30m, 1h, 6h,
 1d: windows start on the epoch grid, the first is the one holding the first record in range, empty ones are shown)
 and computes, per question, the population stability index against the `--baseline` window (the first, or the
 previous). Output: a table on stdout (records and PSI per window for the most drifting questions, and the most
@@ -22,7 +22,7 @@ DEFAULT_TOP = 6
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
-    from omni.learn.drift import BASELINES, MAX_BINS, MIN_BINS
+    from omni.governance.drift import BASELINES, MAX_BINS, MIN_BINS
 
     kinds = parser.add_subparsers(dest="report_kind", required=True)
     drift = kinds.add_parser("drift", help="answer, confidence and outcome distributions per time window of a "
@@ -49,7 +49,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_drift(args: argparse.Namespace) -> int:
-    from omni.learn.drift import DriftError, collect, drift_report, parse_time, parse_window
+    from omni.governance.drift import DriftError, collect, drift_report, parse_time, parse_window
     from omni.serve.decision_log_files import DecisionLogReadError, read_records
 
     try:
@@ -96,7 +96,7 @@ def write_report(report: dict[str, Any], out: Path, top: int) -> list[Path]:
     written = [out / "report.json", out / "report.md"]
     written[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     try:
-        from omni.learn.drift_plot import drift_plot
+        from omni.governance.drift_plot import drift_plot
 
         written.append(drift_plot(report, out / "drift.png", top))
     except ImportError as exc:
@@ -142,7 +142,7 @@ LEGEND = ("PSI: * >= 0.1 moderate, ** >= 0.25 major; base: the baseline window; 
 
 
 def format_table(report: dict[str, Any], top: int = DEFAULT_TOP) -> str:
-    from omni.learn.drift import most_drifting
+    from omni.governance.drift import most_drifting
 
     shown = most_drifting(report, top)
     header = ["window (UTC)", "records", *(qid[:16] for qid in shown), "most drifting"]
@@ -161,7 +161,7 @@ def format_table(report: dict[str, Any], top: int = DEFAULT_TOP) -> str:
 
 
 def format_markdown(report: dict[str, Any], top: int = DEFAULT_TOP, figure: bool = True) -> str:
-    from omni.learn.drift import most_drifting
+    from omni.governance.drift import most_drifting
 
     shown = most_drifting(report, top)
     text = [f"# Drift: {report['log']}", "", _heading(report) + ".", "",

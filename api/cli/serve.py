@@ -23,7 +23,7 @@ from api.http.settings import Settings, SettingsError, cli_fields, is_media_limi
 from omni.contract.errors import OmniError
 
 if TYPE_CHECKING:
-    from api.http.routes import ServiceState
+    from api.http.dependencies import ServiceState
 
 log = logging.getLogger("omni.serve")
 _NOT_FLAGS = {"model", "host", "port", "api_keys"}  # explicit flags below; api_keys only via env or file

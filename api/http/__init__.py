@@ -1,12 +1,13 @@
 """api.http: the HTTP service around one engine (the `ServingEngine` surface of omni.serve).
 
     app.py         create_app(settings, engine=None): routes, error handlers, request ids, lifespan (load, drain)
-    routes.py      /v1/systemone and the shared `decide` path, /v1/models, /v1/whoami, /health, /ready, /metrics;
-                   `require_role`, the one check of who calls
+    routes.py      /v1/systemone and the shared `decide` path, /v1/models, /v1/whoami, /health, /ready, /metrics
+    dependencies.py  what every router depends on: `ServiceState` (`service(request)`) and `require_role`, the one
+                   check of who calls
     identity.py    callers and roles (caller < reviewer < admin): the keys file's `KEY [NAME [ROLE]]` lines, names
     cloudflare.py  POST /accounts/{id}/ai/run/@cf/cloudflare/{model}: the same decision in Cloudflare's envelope
-    review.py      /v1/review/...: review queues, their items and media, labels, eval reports
-    guidelines.py  /v1/review/queues/{id}/guidelines: a markdown file per queue, rendered with raw HTML off
+    review.py      /v1/review/...: review queues, their items and media, labels, guidelines, eval reports
+    guidelines.py  the queues' guidelines: a markdown file per queue, rendered once with raw HTML off
     admin.py       /v1/admin/policy: the policy in force and its reload (as SIGHUP)
     ui.py          the workbench page at /ui (its files are in static/: index.html, app.js, app.css, icon.svg)
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only

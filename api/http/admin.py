@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from api.http import schemas
-from api.http.routes import require_role, service
+from api.http.dependencies import require_role, service
 from omni.contract.policy import Policy
 
 NO_POLICY = "this server runs without a policy (start it with --policy FILE)"

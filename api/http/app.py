@@ -26,13 +26,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.http import schemas
 from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
+from api.http.dependencies import ServiceState
 from api.http.errors import error_payload, handled_classes
 from api.http.guidelines import Guidelines
-from api.http.guidelines import router as guidelines_router
 from api.http.metrics import Metrics
 from api.http.review import report_dirs
 from api.http.review import router as review_router
-from api.http.routes import ServiceState, router
+from api.http.routes import router
 from api.http.settings import Settings
 from api.http.ui import router as ui_router
 from omni.contract.avrik import AVRIK_CLIENT_AGENT
@@ -42,7 +42,7 @@ from preprocess.media import MiB
 if TYPE_CHECKING:
     from api.http.webhooks import WebhookSender
     from omni.contract.policy import PolicySource
-    from omni.learn.review_queue import ReviewQueues
+    from omni.review.queues import ReviewQueues
     from omni.serve.decision_log import DecisionLog
 
 log = logging.getLogger("omni.api")
@@ -102,7 +102,6 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     app.include_router(router)
     app.include_router(cloudflare_router)
     app.include_router(review_router)
-    app.include_router(guidelines_router)
     app.include_router(admin_router)
     if settings.ui:
         app.include_router(ui_router)
@@ -118,8 +117,8 @@ def _review(settings: Settings, policy: PolicySource | None = None) -> ReviewQue
     policy, the decisions it sent to review), else None."""
     if settings.review_dir is None:
         return None
-    from omni.learn.review import ReviewDir
-    from omni.learn.review_queue import ReviewQueues
+    from omni.review.directory import ReviewDir
+    from omni.review.queues import ReviewQueues
 
     return ReviewQueues(ReviewDir(settings.review_dir, k=settings.review_k), list(settings.review_batches),
                         settings.engine, policy=(lambda: policy.current) if policy is not None else None,

@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.http import schemas
+from api.http.dependencies import require_api_key
 from api.http.errors import NoRoute
-from api.http.routes import decide, kept, require_api_key
+from api.http.routes import decide, kept
 from omni.contract.errors import InvalidRequest
 
 MODELS = ("clef-omni", "clef")      # `clef` too: the same request shape; this server runs one Clef model

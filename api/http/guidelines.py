@@ -5,8 +5,8 @@ there, UTF-8 and at most 256 KiB; here a QUEUE that names no queue is a Settings
 the queue with that id, name or kind (a batch output's file name, "kept", "policy", "disagreements"); a bare FILE
 to every queue without its own. The HTML is CommonMark from markdown-it-py with raw HTML off: tags in the file come
 out as text, and a link or image to anything but http(s) or mailto (javascript:, data:, file:, relative) stays text.
-Route: `GET /v1/review/queues/{queue_id}/guidelines` (reviewer role).
-Knows nothing of the engine, the model, labels or the environment.
+Route: `GET /v1/review/queues/{queue_id}/guidelines` (reviewer role, in `api/http/review.py`).
+Knows nothing of routes, the engine, the model, labels or the environment.
 """
 from __future__ import annotations
 
@@ -15,18 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Depends, Request
-from starlette.exceptions import HTTPException
-
-from api.http import review_schemas, schemas
-from api.http.routes import require_role, service
 from api.http.settings import GUIDELINES_FLAG, Settings, SettingsError, guideline_entries
 
 if TYPE_CHECKING:
     from markdown_it.token import Token
     from markdown_it.utils import EnvType, OptionsDict
 
-    from omni.learn.review_queue import ReviewQueues
+    from omni.review.queues import ReviewQueues
 
 FIXED_QUEUES = ("kept", "policy", "disagreements")   # the queues a server may offer besides its batch outputs
 EMPTY = {"markdown": "", "html": ""}
@@ -87,20 +82,3 @@ class Guidelines:
             if label in self.by_queue:
                 return self.by_queue[label]
         return self.default if self.default is not None else EMPTY
-
-
-router = APIRouter(prefix="/v1/review", tags=["review"], dependencies=[Depends(require_role("reviewer"))],
-                   responses=review_schemas.REVIEW_RESPONSES)
-
-
-@router.get("/queues/{queue_id}/guidelines", response_model=schemas.Guidelines,
-            summary="the queue's guidelines: markdown as written and safe HTML (both \"\" when it has none)")
-def queue_guidelines(request: Request, queue_id: str) -> dict:
-    svc = service(request)
-    if svc.review is None:
-        raise HTTPException(404, "review is off: start the server with --review-dir DIR")
-    source = svc.review.sources.get(queue_id)
-    if source is None and queue_id != "disagreements":
-        raise HTTPException(404, f"no review queue {queue_id!r}")
-    labels = (queue_id, source.name, source.kind) if source is not None else (queue_id,)
-    return svc.guidelines.for_queue(*labels) if svc.guidelines is not None else EMPTY

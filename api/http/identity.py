@@ -1,6 +1,6 @@
 """Who is calling: the caller's name and role, as the API key (or, without keys, the X-Omni-Reviewer header) says.
 
-Roles are ordered caller < reviewer < admin. `require_role` (api.http.routes) checks them and stores the caller on
+Roles are ordered caller < reviewer < admin. `require_role` (api.http.dependencies) checks them and stores the caller on
 `request.state.caller`; routes read it with `caller_of`. The keys file's line format (`KEY [NAME [ROLE]]`) is parsed
 here (`parse_key_entry`); api/http/settings.py turns its ValueError into a SettingsError naming the file and line.
 Knows nothing of the engine, the model, review files or the environment.

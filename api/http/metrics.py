@@ -15,9 +15,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from omni.contract.outcomes import Outcome
 from omni.contract.policy import Policy
-from omni.contract.types import Decision
+from omni.contract.types import Decision, Outcome
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
 from omni.serve.decision_log import DecisionLog, DecisionLogStats

@@ -8,7 +8,7 @@ work runs in FastAPI's thread pool (plain `def` routes, or `anyio.to_thread` whe
 unreadable JSON is the same 422 json_invalid as on /v1/systemone). Answers: an unknown queue, item or event 404; a bad
 label, comment, flag reason or filter 422 naming the field and the rule; an undo that would revert what is not the
 caller's last change 409 saying why. Without `--review-dir` the queue routes answer 404 saying how to turn them on.
-Knows nothing of the engine or the model; the queues' rules are `omni.learn.review_queue`'s.
+Knows nothing of the engine or the model; the queues' rules are `omni.review.queues`'s.
 """
 from __future__ import annotations
 
@@ -23,16 +23,17 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from api.http import review_schemas
+from api.http import review_schemas, schemas
+from api.http.dependencies import require_role, service
+from api.http.guidelines import EMPTY
 from api.http.identity import caller_of
-from api.http.routes import require_role, service
+from omni.contract.answers import label_id
 from omni.contract.errors import InvalidRequest
 from omni.contract.json_values import load_json
 from omni.contract.outcomes import OUTCOMES
-from omni.learn.review import label_id
-from omni.learn.review_filters import STATE_FILTERS, ItemFilter, ReviewInputError
-from omni.learn.review_history import UndoRefused
-from omni.learn.review_queue import ORDERS, ReviewQueues, Viewer
+from omni.review.filters import STATE_FILTERS, ItemFilter, ReviewInputError
+from omni.review.history import UndoRefused
+from omni.review.queues import ORDERS, ReviewQueues, Viewer
 
 T = TypeVar("T")
 
@@ -213,3 +214,16 @@ def _report(request: Request, report_id: str) -> Path:
     if path is None:
         raise HTTPException(404, f"no report {report_id!r}")
     return path
+
+
+@router.get("/queues/{queue_id}/guidelines", response_model=schemas.Guidelines,
+            summary="the queue's guidelines: markdown as written and safe HTML (both \"\" when it has none)")
+def queue_guidelines(request: Request, queue_id: str) -> dict:
+    svc = service(request)
+    if svc.review is None:
+        raise HTTPException(404, "review is off: start the server with --review-dir DIR")
+    source = svc.review.sources.get(queue_id)
+    if source is None and queue_id != "disagreements":
+        raise HTTPException(404, f"no review queue {queue_id!r}")
+    labels = (queue_id, source.name, source.kind) if source is not None else (queue_id,)
+    return svc.guidelines.for_queue(*labels) if svc.guidelines is not None else EMPTY

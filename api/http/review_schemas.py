@@ -1,7 +1,7 @@
 """Pydantic wire models and OpenAPI request bodies of the review routes (`api.http.review`, `api.http.guidelines`):
 queues, items, labels, comments, flags, skips, undo, agreement and reports.
 
-These describe shapes only; the rules are `omni.learn.review_queue`'s. Knows nothing of the model, the engine or the
+These describe shapes only; the rules are `omni.review.queues`'s. Knows nothing of the model, the engine or the
 environment.
 """
 from __future__ import annotations

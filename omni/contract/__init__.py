@@ -1,12 +1,14 @@
 """omni.contract: the wire in and out for EVERY edge (HTTP, CLI, datasets, batch files) — one parser, one set of types.
 
-    types.py        frozen values: Question, DecisionRequest, Part (an upload beside the JSON), Decision (to the wire)
+    types.py        frozen values: Question, DecisionRequest, Part (an upload beside the JSON), Decision (to the wire),
+                    Outcome (a decision's act / review / pass, built by outcomes.py)
     request.py      parse_request(body, config, parts): the one parser; validates everything, checks the model name
     media_forms.py  every media form -> MediaItems: Clef slots, avrik objects, llama.cpp files, TypeSafe assets,
                     named parts
     render.py       a parsed request written back as a System One body (the inverse of parse_request)
     json_values.py  the one JSON loader for callers' documents; what can be rendered into a prompt
-    answers.py      probabilities -> System One answers (rounding, confidence)
+    answers.py      probabilities -> System One answers (rounding, confidence); an answer read back as a label id
+    request_line.py one request per line with media file paths (datasets, `omni batch` backlogs, replayed logs)
     batch_file.py   the `omni batch` output file: one record per input line, the last record of a line wins
     config.py       EngineConfig, which checks its own values
     errors.py       typed errors, no status codes

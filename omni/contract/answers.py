@@ -1,4 +1,5 @@
-"""Per-question probabilities → System One answers (noul / choice / score), confidence and rounding.
+"""Per-question probabilities → System One answers (noul / choice / score), confidence and rounding; and back: an
+answer read as a label id (`top_answer`, `answer_confidence`, `label_id`: what review and governance compare).
 
 Rounding is done in integer units (largest remainder) so each question's rounded probabilities still sum to
 exactly 1; argmax, score and confidence come from the unrounded distribution. Knows nothing of torch, the model or
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from omni.contract.errors import InferenceFailed
-from omni.contract.json_values import JSONObject
+from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.types import Question
 
 
@@ -93,3 +94,29 @@ def build_answers(questions: Sequence[Question], probabilities: Sequence[Sequenc
             if key in answer and not math.isfinite(answer[key]):
                 raise InferenceFailed("the model produced a non-finite answer")
     return answers
+
+
+# ------------------------------------------------------------------ an answer read back as a label id
+def top_answer(answer: JSONObject) -> str | None:
+    """The model's answer to one question as a label id (noul "true"/"false", choice id, score level "k")."""
+    if answer.get("type") == "noul" and isinstance(answer.get("noul"), (int, float)):
+        return "true" if answer["noul"] >= 0.5 else "false"
+    probabilities = answer.get("probabilities")
+    if isinstance(probabilities, dict) and probabilities:
+        return max(probabilities, key=lambda option: probabilities[option])
+    return None
+
+
+def answer_confidence(answer: JSONObject) -> float:
+    """The probability of the model's top answer to one question."""
+    if answer.get("type") == "noul" and isinstance(answer.get("noul"), (int, float)):
+        return max(answer["noul"], 1.0 - answer["noul"])
+    probabilities = answer.get("probabilities")
+    return max(probabilities.values()) if isinstance(probabilities, dict) and probabilities else 1.0
+
+
+def label_id(value: JSONValue) -> str:
+    """A dataset label back to its id (true -> "true", 2 -> "2")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -15,48 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from omni.contract.json_values import JSONObject
-from omni.contract.policy import Answer, Policy, QuestionPolicy, answer_key
-from omni.contract.types import Decision, DecisionRequest
+from omni.contract.policy import Policy, QuestionPolicy, answer_key
+from omni.contract.types import Answer, Decision, DecisionRequest, Outcome, QuestionOutcome
 
 OUTCOMES = ("act", "review", "pass")
 MODALITY_OF_SLOT = {"images": "image", "audio": "audio", "videos": "video"}
-
-
-@dataclass(frozen=True)
-class QuestionOutcome:
-    outcome: str                          # act | review | pass
-    answer: Answer
-    confidence: float
-    auto_at: float                        # the bar this answer met or missed
-    reason: str | None = None             # why a rule did not fit (then the outcome is review)
-
-    def to_wire(self) -> JSONObject:
-        wire: JSONObject = {"outcome": self.outcome, "answer": self.answer, "confidence": self.confidence,
-                            "auto_at": self.auto_at}
-        if self.reason:
-            wire["reason"] = self.reason
-        return wire
-
-
-@dataclass(frozen=True)
-class Outcome:
-    overall: str
-    questions: dict[str, QuestionOutcome]
-    policy_version: str
-    policy_sha256: str
-
-    def to_wire(self) -> JSONObject:
-        return {"overall": self.overall, "questions": {qid: q.to_wire() for qid, q in self.questions.items()},
-                "policy": {"version": self.policy_version, "sha256": self.policy_sha256}}
-
-    def review_reasons(self) -> list[JSONObject]:
-        """Why the decision is under review: each such question with its answer, confidence and bar."""
-        return [{"question": qid, "answer": q.answer, "confidence": q.confidence, "auto_at": q.auto_at,
-                 **({"reason": q.reason} if q.reason else {})}
-                for qid, q in self.questions.items() if q.outcome == "review"]
 
 
 def modalities_of_slots(slots: Iterable[str]) -> frozenset[str]:

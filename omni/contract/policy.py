@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.contract.errors import OmniError
+from omni.contract.types import Answer
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,7 +46,6 @@ POLICY_FORMAT = "omni-policy/1"
 MODALITIES = ("image", "audio", "video")
 QUESTION_KEYS = ("auto_at", "act_on", "auto_at_for", "auto_at_with", "type", "options")
 DEFAULT_KEYS = ("auto_at", "auto_at_with")
-Answer = bool | str | int
 
 
 class PolicyError(OmniError):

@@ -1,4 +1,5 @@
-"""Frozen value types of the decision core: questions, requests, decisions.
+"""Frozen value types of the decision core: questions, requests, decisions and a decision's outcome under a policy
+(the values only: `outcomes.py` decides them).
 
 Knows nothing of HTTP, pydantic, torch or the model: these are plain data shared by every layer. A request's media
 are `preprocess.item.MediaItem`s (the one typed value of a media item; it lives in `preprocess` because the decoders'
@@ -7,16 +8,14 @@ errors carry it and `preprocess` may not import `omni`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from omni.contract.audit import AuditRecord
 from omni.contract.json_values import JSONObject, JSONValue
 from preprocess.item import MediaItem
 
-if TYPE_CHECKING:                            # outcomes.py builds on these types; the field only names its class
-    from omni.contract.outcomes import Outcome
-
 QuestionType = Literal["noul", "choice", "score"]
+Answer = bool | str | int                    # one answer as a policy or a label names it: noul bool, choice id, level
 QUESTION_TYPES: tuple[str, ...] = ("noul", "choice", "score")
 # joint: every question in one schema, decided together (the Clef reference); isolated: each question answered as if
 # it had been asked alone about the same state and media (one shared prefix, one block per question)
@@ -89,6 +88,40 @@ class DecisionRequest:
 class Usage:
     input_tokens: int
     output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class QuestionOutcome:
+    outcome: str                          # act | review | pass
+    answer: Answer
+    confidence: float
+    auto_at: float                        # the bar this answer met or missed
+    reason: str | None = None             # why a rule did not fit (then the outcome is review)
+
+    def to_wire(self) -> JSONObject:
+        wire: JSONObject = {"outcome": self.outcome, "answer": self.answer, "confidence": self.confidence,
+                            "auto_at": self.auto_at}
+        if self.reason:
+            wire["reason"] = self.reason
+        return wire
+
+
+@dataclass(frozen=True)
+class Outcome:
+    overall: str
+    questions: dict[str, QuestionOutcome]
+    policy_version: str
+    policy_sha256: str
+
+    def to_wire(self) -> JSONObject:
+        return {"overall": self.overall, "questions": {qid: q.to_wire() for qid, q in self.questions.items()},
+                "policy": {"version": self.policy_version, "sha256": self.policy_sha256}}
+
+    def review_reasons(self) -> list[JSONObject]:
+        """Why the decision is under review: each such question with its answer, confidence and bar."""
+        return [{"question": qid, "answer": q.answer, "confidence": q.confidence, "auto_at": q.auto_at,
+                 **({"reason": q.reason} if q.reason else {})}
+                for qid, q in self.questions.items() if q.outcome == "review"]
 
 
 @dataclass(frozen=True)

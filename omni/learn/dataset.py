@@ -6,8 +6,8 @@ index 0..n-1). Questions without a label are still asked but not scored. The Cle
 `videos`) may also hold file paths relative to the dataset file: those files are read here (the dataset is the
 operator's own file, never an HTTP caller's) and handed to the wire parser as parts of their slot, exactly as
 `omni decide --image` does. Every bad line is reported with its line number in one `DatasetError`; nothing is skipped
-silently (blank lines are not records). `read_request_line` / `parse_request_line` read one line of the same format
-with `labels` optional and unchecked (an `omni batch` backlog), failing with the wire's own `InvalidRequest`.
+silently (blank lines are not records). The media paths of a line are read by `omni.contract.request_line`, which
+also reads a line whose `labels` are optional and unchecked (an `omni batch` backlog).
 Knows nothing of torch, the model or metrics; the request rules are `omni.contract.request.parse_request`'s.
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omni.contract.config import EngineConfig
-from omni.contract.errors import InvalidRequest, Loc, OmniError
+from omni.contract.errors import InvalidRequest, OmniError
 from omni.contract.json_values import JSONObject, JSONValue, load_json
 from omni.contract.request import parse_request
+from omni.contract.request_line import file_media
 from omni.contract.types import DecisionRequest, Part, Question
-from preprocess.item import SLOTS
 
 MAX_PROBLEMS_SHOWN = 20
 
@@ -51,54 +51,15 @@ def label_index(question: Question, option_id: str) -> int:
     return [o.id for o in question.prompt_options].index(option_id)
 
 
-def _is_inline_media(item: JSONValue) -> bool:
-    return isinstance(item, dict) or (isinstance(item, str) and item.strip().lower().startswith("data:"))
-
-
 def _split_media(body: JSONObject, root: Path) -> tuple[JSONObject, list[Part]]:
     """Path entries → parts of their slot, read from disk; inline entries stay in the body for the parser."""
     try:
-        body, parts, _ = _file_media(body, root)
+        body, parts, _ = file_media(body, root)
     except InvalidRequest as exc:
         issue = exc.issues[0]
         where = issue.loc[0] if len(issue.loc) == 1 else f"{issue.loc[0]}[{issue.loc[1]}]"
         raise ValueError(f"{where}: {issue.msg}") from exc
     return body, parts
-
-
-def _file_media(body: JSONObject, root: Path) -> tuple[JSONObject, list[Part], list[str]]:
-    """(body without its path fields, a part per file in slot order, the path each part was written as).
-
-    InvalidRequest at the first bad entry (loc `(field,)` or `(field, i)`), as a request rule would be."""
-    body = dict(body)
-    parts: list[Part] = []
-    files: list[str] = []
-    for field in SLOTS:
-        items = body.get(field)
-        if not isinstance(items, list) or all(_is_inline_media(item) for item in items):
-            continue                            # absent, malformed (the validator says so) or all inline
-        if any(_is_inline_media(item) for item in items):
-            raise InvalidRequest.one((field,), "mix of data URLs and file paths; use one form per field")
-        for i, item in enumerate(items):
-            parts.append(Part(field, _read_media_file(item, root, (field, i)), origin=f"file {item}"))
-            files.append(item)
-        del body[field]
-    return body, parts, files
-
-
-def _read_media_file(item: JSONValue, root: Path, loc: Loc) -> bytes:
-    """The bytes of one path entry (relative to `root`); InvalidRequest at `loc` when it cannot be read."""
-    if not isinstance(item, str) or not item.strip():
-        raise InvalidRequest.one(loc, "a media entry must be a data URL or a file path")
-    if item.lower().startswith(("http:", "https:")):
-        raise InvalidRequest.one(loc, "remote URLs are not fetched; save the file next to the dataset")
-    path = (root / item).resolve()
-    if not path.is_file():
-        raise InvalidRequest.one(loc, f"file not found: {item} (looked for {path})", "file_not_found")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InvalidRequest.one(loc, f"cannot read {item}: {exc.strerror or exc}", "file_unreadable") from None
 
 
 def _normalise_label(question: Question, value: JSONValue) -> str:
@@ -153,35 +114,6 @@ def parse_line(text: str, root: Path, config: EngineConfig, line: int) -> Labell
     except InvalidRequest as exc:
         raise ValueError("; ".join(f"{'.'.join(map(str, i.loc)) or '(body)'}: {i.msg}" for i in exc.issues)) from exc
     return LabelledRequest(request, _labels(body["labels"], request), line)
-
-
-@dataclass(frozen=True)
-class RequestLine:
-    """One request line with its labels optional (a backlog line): the body as the wire parser takes it (`labels`
-    and path media fields removed), a part per media file, and each part's path as written in the line."""
-
-    body: JSONValue                # a non-object JSON value is kept as is: the wire parser says what is wrong
-    parts: tuple[Part, ...] = ()
-    files: tuple[str, ...] = ()    # files[i] is the path (relative to the input file) that parts[i] was read from
-
-
-def read_request_line(text: str | bytes, root: Path) -> RequestLine:
-    """A dataset-format line whose `labels` are optional and not checked → RequestLine.
-
-    InvalidRequest (the wire's own issues) when the line is not JSON (json_invalid) or a media file cannot be read;
-    everything else is left to `parse_request` (or to a server), so a line fails here exactly as its body would."""
-    body = load_json(text)
-    if not isinstance(body, dict):
-        return RequestLine(body)
-    body.pop("labels", None)
-    stripped, parts, files = _file_media(body, root)
-    return RequestLine(stripped, tuple(parts), tuple(files))
-
-
-def parse_request_line(text: str | bytes, root: Path, config: EngineConfig) -> DecisionRequest:
-    """A line as `read_request_line` reads it → the validated request; InvalidRequest (or a MediaError) otherwise."""
-    line = read_request_line(text, root)
-    return parse_request(line.body, config, line.parts)
 
 
 def load_dataset(path: str | Path, config: EngineConfig | None = None) -> list[LabelledRequest]:

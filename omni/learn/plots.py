@@ -11,7 +11,7 @@ import numpy as np
 from omni.learn.metrics import ReliabilityBins
 
 
-def _use_agg() -> None:
+def use_agg() -> None:
     """Select matplotlib's Agg backend before pyplot is imported (matplotlib is imported only when drawing)."""
     import matplotlib
 
@@ -20,7 +20,7 @@ def _use_agg() -> None:
 
 def reliability_diagram(table: ReliabilityBins, title: str, path: Path, ece: float | None = None) -> Path:
     """Accuracy vs confidence per bin, the diagonal, and a histogram of how many rows fall in each bin."""
-    _use_agg()
+    use_agg()
     import matplotlib.pyplot as plt
 
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(4.2, 5.0), height_ratios=(3, 1), sharex=True)
@@ -47,7 +47,7 @@ def reliability_diagram(table: ReliabilityBins, title: str, path: Path, ece: flo
 
 def confusion_plot(matrix: np.ndarray, option_ids: list[str], title: str, path: Path) -> Path:
     """Counts with true options as rows and predicted options as columns."""
-    _use_agg()
+    use_agg()
     import matplotlib.pyplot as plt
 
     size = 1.6 + 0.45 * len(option_ids)

@@ -1,6 +1,7 @@
-"""Layering: imports go one way (api.cli -> api.cluster -> api.http -> omni.serve | omni.learn -> omni.model -> omni.contract ->
-preprocess), nothing below api/ imports the web stack or the network, only api/http/settings.py reads the
-environment, and benchmarks import the installed package."""
+"""Layering: imports go one way (api.cli -> api.cluster -> api.http -> omni.governance -> omni.serve | omni.review |
+omni.learn -> omni.model -> omni.contract -> preprocess), no module takes part in an import circle (not even under
+TYPE_CHECKING or inside a function), nothing below api/ imports the web stack or the network, only
+api/http/settings.py reads the environment, and benchmarks import the installed package."""
 from __future__ import annotations
 
 import ast
@@ -12,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WEB = {"fastapi", "starlette", "pydantic", "uvicorn", "multipart", "python_multipart", "prometheus_client", "api"}
 NETWORK = {"urllib", "requests", "http", "socket", "httpx"}
 # rank of each room: a module may import its own room and rooms of a LOWER rank only
-RANKS = {"preprocess": 0, "omni.contract": 1, "omni.model": 2, "omni.serve": 3, "omni.learn": 3, "api.http": 4,
-         "api.cluster": 5, "api.cli": 6}
+RANKS = {"preprocess": 0, "omni.contract": 1, "omni.model": 2, "omni.serve": 3, "omni.review": 3, "omni.learn": 3,
+         "omni.governance": 4, "api.http": 5, "api.cluster": 6, "api.cli": 7}
 
 
 def imported_modules(source: str) -> set[str]:
@@ -74,6 +75,66 @@ def test_the_scan_sees_every_room_and_catches_bad_arrows():
     assert imported_roots(source) & WEB == {"pydantic", "starlette"}
     assert "omni.serve.engine" in imported_modules(source)          # function-level imports count
     assert room_of("omni.serve.engine") == "omni.serve" and room_of("omni.modelish") is None
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the modules of `sources` it imports (every import: module level, TYPE_CHECKING, function level)."""
+    return {name: {target for target in imported_modules(source) if target in sources and target != name}
+            for name, source in sources.items()}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                if len(members) > 1:
+                    circles.append(sorted(members))
+    return circles
+
+
+def test_no_import_circles():
+    sources = {module_name(p): p.read_text(encoding="utf-8") for p in PACKAGE_FILES}
+    assert import_circles(import_graph(sources)) == []
+
+
+def test_the_circle_scan_finds_circles_through_type_checking_and_functions():
+    sources = {"a": "import b\n", "b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from c import x\n",
+               "c": "def f():\n    import a\n", "d": "import a\n", "e": "import e\n"}
+    assert import_circles(import_graph(sources)) == [["a", "b", "c"]]
+    assert import_circles(import_graph({"a": "import b\n", "b": "x = 1\n"})) == []
 
 
 def reads_environment(path: Path) -> bool:

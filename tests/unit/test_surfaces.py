@@ -14,7 +14,7 @@ from tests.unit.fake_model import FakeModel
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_FILES = sorted((ROOT / "omni" / "serve").glob("*.py")) + [
-    ROOT / "api" / "http" / name for name in ("app.py", "routes.py", "metrics.py")] + [ROOT / "api/cluster/remote.py"]
+    ROOT / "api" / "http" / name for name in ("app.py", "routes.py", "dependencies.py", "metrics.py")] + [ROOT / "api/cluster/remote.py"]
 
 
 def lookups_by_name(source: str) -> list[str]:

@@ -14,8 +14,8 @@ from api.cli.main import main
 from fixtures.media import image_bytes
 from omni.contract.config import EngineConfig
 from omni.contract.request import parse_request
-from omni.learn.review import REVIEW_DATASET_FILE, ReviewDir
 from omni.model.calibration import CALIBRATION_FILE
+from omni.review.directory import REVIEW_DATASET_FILE, ReviewDir
 
 QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the unit fine?"}}
 RECORDS_PER_KIND = 6

@@ -15,9 +15,9 @@ from api.cli.policy import answer_dataset
 from fixtures.inspection import QUESTIONS, write_inspection_set
 from omni.contract.config import EngineConfig
 from omni.contract.policy import parse_policy, read_policy
+from omni.governance.policy_fit import apply_policy, fit_policy
+from omni.governance.policy_report import format_applied, format_table, policy_toml
 from omni.learn.dataset import load_dataset
-from omni.learn.policy_fit import apply_policy, fit_policy
-from omni.learn.policy_report import format_applied, format_table, policy_toml
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 
 from api.cli.main import main
 from omni.contract.types import DecisionRequest, Option, Question
-from omni.learn.review import ReviewDir
+from omni.review.directory import ReviewDir
 from omni.serve.decision_log import DecisionLog
 
 YES_NO = (Option("true", None), Option("false", None))

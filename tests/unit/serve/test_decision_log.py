@@ -18,8 +18,8 @@ import pytest
 
 from omni.contract.config import EngineConfig
 from omni.contract.render import render_request
+from omni.contract.request_line import parse_request_line
 from omni.contract.types import DecisionRequest, Option, Question
-from omni.learn.dataset import parse_request_line
 from omni.serve.decision_log import DecisionLog
 from omni.serve.decision_log_files import (
     LOG_FORMAT,

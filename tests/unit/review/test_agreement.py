@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from omni.learn.agreement import cohen_kappa, fleiss_kappa, fleiss_observed, question_agreement
-from omni.learn.review import ReviewDir
-from omni.learn.review_queue import DISAGREEMENTS, ReviewQueues, Viewer
-from tests.unit.learn.test_review import CONFIG, decided, request
+from omni.review.agreement import cohen_kappa, fleiss_kappa, fleiss_observed, question_agreement
+from omni.review.directory import ReviewDir
+from omni.review.queues import DISAGREEMENTS, ReviewQueues, Viewer
+from tests.unit.review.test_directory import CONFIG, decided, request
 
 # Wikipedia, "Fleiss' kappa", worked example: 10 subjects, 14 raters each, 5 categories -> P-bar 0.378, kappa 0.210
 FLEISS_EXAMPLE = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],

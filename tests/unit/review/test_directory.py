@@ -8,11 +8,12 @@ import json
 import pytest
 
 from fixtures.media import image_bytes, wav_bytes
+from omni.contract.answers import answer_confidence, top_answer
 from omni.contract.config import EngineConfig
 from omni.contract.request import parse_request
 from omni.learn.dataset import load_dataset
-from omni.learn.review import REVIEW_DATASET_FILE, ReviewDir, answer_confidence, dataset_path, top_answer
-from omni.learn.review_queue import ReviewQueues
+from omni.review.directory import REVIEW_DATASET_FILE, ReviewDir, dataset_path
+from omni.review.queues import ReviewQueues
 
 CONFIG = EngineConfig()
 QUESTIONS = {"ok": {"type": "noul", "instructions": "Is it fine?"},

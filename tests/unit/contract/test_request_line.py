@@ -1,4 +1,4 @@
-"""omni.learn.dataset.read_request_line / parse_request_line: a dataset line whose labels are optional (a backlog
+"""omni.contract.request_line.read_request_line / parse_request_line: a dataset line whose labels are optional (a backlog
 line) fails with the wire's own InvalidRequest, at the place in the body where the problem is."""
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from omni.contract.config import EngineConfig
 from omni.contract.errors import InvalidRequest
-from omni.learn.dataset import parse_request_line, read_request_line
+from omni.contract.request_line import parse_request_line, read_request_line
 
 QUESTIONS = {"ok": {"type": "noul", "instructions": "Is it fine?"}}
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omni.contract.answers import answer_confidence, top_answer
 from omni.contract.outcomes import OUTCOMES
-from omni.learn.review import answer_confidence, top_answer
-from omni.learn.review_history import STATES, ItemState
-from omni.learn.review_sources import Decided
+from omni.review.history import STATES, ItemState
+from omni.review.sources import Decided
 
 STATE_FILTERS = (*STATES, "flagged")
 

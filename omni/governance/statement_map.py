@@ -1,7 +1,7 @@
 """The statement map: the platform's side of DSA statements of reasons (which decisions get one, what it says).
 
 A TOML file, read with the standard library's tomllib (Python 3.11+) and checked whole when it is read, before any
-log is: every value against the database's list or limit (`omni.learn.statement_schema`), and the database's rules
+log is: every value against the database's list or limit (`omni.governance.statement_schema`), and the database's rules
 between fields, on each rule with the defaults it inherits. Errors name the file and the key path
 (`rules[2].when.answer`, `defaults.territorial_scope[1]`) or, for TOML itself, the line and column::
 
@@ -24,7 +24,7 @@ between fields, on each rule with the defaults it inherits. Errors name the file
 - `answer`: noul `true` / `false`, a choice option id (a string), a score level (its index, an integer), met when it
   is the model's top answer, or with `at_least = p` when the model gave it a probability >= p;
 - `score_at_least = x` (score questions): the model's expected `score` is >= x.
-(How decisions meet them, reviewers' labels included, is `omni.learn.statements`'.)
+(How decisions meet them, reviewers' labels included, is `omni.governance.statements`'.)
 
 Statement fields a map may set: every field of `statement_schema.FIELD_ORDER` except the three the export fills
 (`automated_decision`, `application_date`, `puid`); `automated_detection` defaults to "Yes" and may be set to "No"
@@ -48,7 +48,7 @@ from typing import Any
 
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONValue
-from omni.learn import statement_schema as db
+from omni.governance import statement_schema as db
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -37,8 +37,8 @@ from omni.contract.config import EngineConfig
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONObject
 from omni.contract.outcomes import decide_outcome, read_answer
-from omni.contract.policy import MODALITIES, Answer, Policy, QuestionPolicy, answer_key
-from omni.contract.types import Question
+from omni.contract.policy import MODALITIES, Policy, QuestionPolicy, answer_key
+from omni.contract.types import Answer, Question
 
 
 class PolicyFitError(OmniError):

@@ -1,4 +1,4 @@
-"""omni.learn.policy_fit and the policy writer: the Clopper–Pearson bound against known values and its definition,
+"""omni.governance.policy_fit and the policy writer: the Clopper–Pearson bound against known values and its definition,
 the chosen bar against a brute-force reading of the rule, monotonicity, ties, a set too small, an empty question,
 --from and per-medium bars, and the written TOML read back by omni.contract.policy."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from omni.contract.config import EngineConfig
 from omni.contract.outcomes import read_answer
 from omni.contract.policy import QuestionPolicy, parse_policy
 from omni.contract.request import parse_request
-from omni.learn.policy_fit import (
+from omni.governance.policy_fit import (
     AnsweredQuestion,
     PolicyFitError,
     answered,
@@ -25,7 +25,7 @@ from omni.learn.policy_fit import (
     needed_sample_size,
     precision_curve,
 )
-from omni.learn.policy_report import coverage_precision_plot, format_table, policy_toml, report_json
+from omni.governance.policy_report import coverage_precision_plot, format_table, policy_toml, report_json
 
 
 def row(confidence: float, correct: bool, line: int = 0, qid: str = "ok", media: tuple[str, ...] = ()):

@@ -3,7 +3,7 @@ decisions kept for review.
 
 A review directory holds
 - `history.jsonl`: every reviewer action (label changes, comments, flags, skips, reverts), appended, never rewritten:
-  the truth the rest is derived from (`omni.learn.review_history`), read once at start and then kept in memory. A
+  the truth the rest is derived from (`omni.review.history`), read once at start and then kept in memory. A
   directory made before the history existed starts one from its labels (reviewer `x_review.reviewer`, else "unknown");
 - `labels.jsonl`: one System One request per line with its `labels` (k=1: the last label given; k>=2 reviewers per
   item: their consensus or an adjudication), in exactly the dataset format `omni eval`, `omni calibrate` and
@@ -30,10 +30,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from omni.contract.answers import label_id, top_answer
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.render import render_request
 from omni.contract.types import DecisionRequest, Question
-from omni.learn.review_history import (
+from omni.review.history import (
     HISTORY_FILE,
     Event,
     ReviewHistory,
@@ -56,25 +57,7 @@ def dataset_path(path: str | Path) -> Path:
     return path / REVIEW_DATASET_FILE if path.is_dir() else path
 
 
-# ------------------------------------------------------------------------------------------------ answers
-def top_answer(answer: JSONObject) -> str | None:
-    """The model's answer to one question as a label id (noul "true"/"false", choice id, score level "k")."""
-    if answer.get("type") == "noul" and isinstance(answer.get("noul"), (int, float)):
-        return "true" if answer["noul"] >= 0.5 else "false"
-    probabilities = answer.get("probabilities")
-    if isinstance(probabilities, dict) and probabilities:
-        return max(probabilities, key=lambda option: probabilities[option])
-    return None
-
-
-def answer_confidence(answer: JSONObject) -> float:
-    """The probability of the model's top answer to one question."""
-    if answer.get("type") == "noul" and isinstance(answer.get("noul"), (int, float)):
-        return max(answer["noul"], 1.0 - answer["noul"])
-    probabilities = answer.get("probabilities")
-    return max(probabilities.values()) if isinstance(probabilities, dict) and probabilities else 1.0
-
-
+# ------------------------------------------------------------------------------------------------ labels
 def label_value(question: Question, label: str) -> bool | int | str:
     """A label id as the dataset writes it: noul true/false, choice id, score level index."""
     if question.type == "noul":
@@ -85,13 +68,6 @@ def label_value(question: Question, label: str) -> bool | int | str:
     if label not in ids:
         raise ValueError(f"{label!r} is not an answer of {question.id!r} ({', '.join(ids)})")
     return int(label) if question.type == "score" else label
-
-
-def label_id(value: JSONValue) -> str:
-    """A dataset label back to its id (true -> "true", 2 -> "2")."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 # ------------------------------------------------------------------------------------------------ the directory
@@ -173,7 +149,7 @@ class ReviewDir:
              finalize: Callable[[dict[str, bool | int | str]], JSONObject | None] | None = None, *,
              reviewer: str = "anonymous", queue: str = "") -> Event:
         """Revert `reviewer`'s own label, flag or skip event on the item (the dataset line follows); the revert
-        event. KeyError: no such event on the item; UndoRefused (omni.learn.review_history): not theirs, already
+        event. KeyError: no such event on the item; UndoRefused (omni.review.history): not theirs, already
         undone, not undoable, or a label changed since (the message says by whom)."""
         with self._lock:
             event = self._history.undo(key, queue, reviewer, event_id)

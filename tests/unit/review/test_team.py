@@ -7,11 +7,11 @@ import json
 import pytest
 
 from omni.learn.dataset import load_dataset
-from omni.learn.review import REVIEW_DATASET_FILE, ReviewDir, dataset_path
-from omni.learn.review_filters import ItemFilter, ReviewInputError
-from omni.learn.review_history import UndoRefused
-from omni.learn.review_queue import DISAGREEMENTS, ReviewQueues, Viewer
-from tests.unit.learn.test_review import CONFIG, decided, request
+from omni.review.directory import REVIEW_DATASET_FILE, ReviewDir, dataset_path
+from omni.review.filters import ItemFilter, ReviewInputError
+from omni.review.history import UndoRefused
+from omni.review.queues import DISAGREEMENTS, ReviewQueues, Viewer
+from tests.unit.review.test_directory import CONFIG, decided, request
 
 ALICE, BOB, CAROL = Viewer("alice"), Viewer("bob"), Viewer("carol")
 EVERY = {"ok": "true", "team": "power", "grade": "1"}

@@ -15,7 +15,7 @@ value is the newest one's `new`. The scope is
 - the adjudication: labels given in the disagreements queue, which are final.
 Undo pops the newest event of its chain, so it reverts only what nobody changed since; a flag or a skip stays in force
 until it is undone. The scope is worked out when the history is read, so the same file reads right under another k.
-Not thread-safe on its own: its owner (`omni.learn.review.ReviewDir`) holds one lock around every call.
+Not thread-safe on its own: its owner (`omni.review.directory.ReviewDir`) holds one lock around every call.
 Knows nothing of HTTP, queues, requests, media or the model: it sees item keys, question ids and label ids.
 """
 from __future__ import annotations

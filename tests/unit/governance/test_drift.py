@@ -1,4 +1,4 @@
-"""omni.learn.drift: PSI against hand-computed values, identical windows at 0, a shifted answer distribution flagged,
+"""omni.governance.drift: PSI against hand-computed values, identical windows at 0, a shifted answer distribution flagged,
 confidence bins, outcomes per policy version, window and time parsing, empty windows and questions that come and go,
 the baseline modes, and the text and figure made from a report (api/cli/report.py, omni/learn/drift_plot.py)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from api.cli.report import format_markdown, format_table
-from omni.learn.drift import (
+from omni.governance.drift import (
     MAX_WINDOWS,
     PSI_EPSILON,
     DriftError,
@@ -20,7 +20,7 @@ from omni.learn.drift import (
     parse_window,
     psi,
 )
-from omni.learn.drift_plot import drift_plot
+from omni.governance.drift_plot import drift_plot
 
 HOUR_S = 3600
 T0 = "2026-12-02T05"        # a whole hour: 1h windows start here

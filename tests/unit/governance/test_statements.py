@@ -1,4 +1,4 @@
-"""DSA statements of reasons from logged decisions (omni.learn.statement_map, omni.learn.statements).
+"""DSA statements of reasons from logged decisions (omni.governance.statement_map, omni.governance.statements).
 
 The map is checked against the database's values and rules when it is read (errors name the key or the TOML line),
 selects decisions by the model's answers or a reviewer's labels, and each statement carries what the service knows
@@ -17,9 +17,9 @@ from omni.contract.config import EngineConfig
 from omni.contract.errors import OmniError
 from omni.contract.render import render_request
 from omni.contract.request import parse_request
-from omni.learn import statement_schema as db
-from omni.learn.statement_map import StatementMapError, load_statement_map, parse_statement_map
-from omni.learn.statements import (
+from omni.governance import statement_schema as db
+from omni.governance.statement_map import StatementMapError, load_statement_map, parse_statement_map
+from omni.governance.statements import (
     ExportTally,
     RecordError,
     application_date,

@@ -1,8 +1,8 @@
 """DSA statements of reasons from logged decisions: one per decision the statement map selects.
 
 `omni export statements LOG --map MAP.toml` turns each logged decision (a decision-log record, `omni-decision/1`)
-that the map (`omni.learn.statement_map`) selects into the payload the DSA Transparency Database's API takes
-(`POST /api/v1/statement`; names and values are `omni.learn.statement_schema`'s, with their sources). What the
+that the map (`omni.governance.statement_map`) selects into the payload the DSA Transparency Database's API takes
+(`POST /api/v1/statement`; names and values are `omni.governance.statement_schema`'s, with their sources). What the
 service knows it fills in; the rest is the map's:
 
     automated_detection  "Yes" (the service looked at the content), unless the map says "No"
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from omni.contract.answers import label_id, top_answer
 from omni.contract.json_values import JSONObject, JSONValue
-from omni.learn import statement_schema as db
-from omni.learn.review import label_id, top_answer
-from omni.learn.statement_map import (  # noqa: F401  (re-exported: the map and its errors, for the export's callers)
+from omni.governance import statement_schema as db
+from omni.governance.statement_map import (  # noqa: F401  (re-exported: the map and its errors, for the export's callers)
     Condition,
     Rule,
     StatementMap,

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from omni.contract.answers import answer_confidence
 from omni.contract.batch_file import read_batch_output
 from omni.contract.json_values import JSONObject, JSONValue
-from omni.learn.review import ReviewDir, answer_confidence
+from omni.review.directory import ReviewDir
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from omni.learn.dataset import load_dataset
-from omni.learn.review import REVIEW_DATASET_FILE, ReviewDir, dataset_path
-from omni.learn.review_history import HISTORY_FILE, ReviewHistory, UndoRefused
-from omni.learn.review_queue import ReviewQueues, Viewer
-from tests.unit.learn.test_review import CONFIG, decided, request
+from omni.review.directory import REVIEW_DATASET_FILE, ReviewDir, dataset_path
+from omni.review.history import HISTORY_FILE, ReviewHistory, UndoRefused
+from omni.review.queues import ReviewQueues, Viewer
+from tests.unit.review.test_directory import CONFIG, decided, request
 
 ALICE, BOB = Viewer("alice"), Viewer("bob")
 

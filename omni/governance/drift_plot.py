@@ -1,4 +1,4 @@
-"""The PNG of a drift report (`omni.learn.drift.drift_report`): PSI per question over the windows, with the 0.1 and
+"""The PNG of a drift report (`omni.governance.drift.drift_report`): PSI per question over the windows, with the 0.1 and
 0.25 bands, and each question's answer shares window by window (matplotlib, Agg backend).
 
 With many questions only the `top` most drifting are drawn (the title says how many of how many); a question with
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from omni.learn.drift import MAJOR_PSI, MODERATE_PSI, most_drifting
+from omni.governance.drift import MAJOR_PSI, MODERATE_PSI, most_drifting
 
 MAX_ANSWERS_DRAWN = 8           # per question; the rest are summed as "other"
 COLOURS = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000", "#ee8866")

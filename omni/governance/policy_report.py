@@ -1,7 +1,7 @@
 """A fitted policy as files: the policy TOML (a small writer whose output `read_policy` reads back to the same rules),
 the table printed per question, report.md / report.json, and a coverage–precision PNG per question.
 
-Knows nothing of torch, the model, argv or HTTP, nor of how the thresholds were chosen (`omni.learn.policy_fit`).
+Knows nothing of torch, the model, argv or HTTP, nor of how the thresholds were chosen (`omni.governance.policy_fit`).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from omni.contract.json_values import JSONObject
 from omni.contract.policy import QuestionPolicy
-from omni.learn.plots import _use_agg
-from omni.learn.policy_fit import AppliedFigures, PolicyFit, QuestionFit
+from omni.governance.policy_fit import AppliedFigures, PolicyFit, QuestionFit
+from omni.learn.plots import use_agg
 
 BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -157,7 +157,7 @@ def render_markdown(fit: PolicyFit, applied: Mapping[str, AppliedFigures], meta:
 # ------------------------------------------------------------------------------------------------ figures
 def coverage_precision_plot(q: QuestionFit, path: Path) -> Path:
     """Precision and its lower bound against coverage over the candidate bars; the target and the chosen bar."""
-    _use_agg()
+    use_agg()
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(4.6, 3.6))

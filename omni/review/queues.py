@@ -21,18 +21,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from omni.contract.answers import top_answer
 from omni.contract.config import EngineConfig
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.outcomes import final_outcome
 from omni.contract.policy import Policy
 from omni.contract.render import render_question
+from omni.contract.request_line import parse_request_line
 from omni.contract.types import DecisionRequest
-from omni.learn.agreement import question_agreement
-from omni.learn.dataset import parse_request_line
-from omni.learn.review import ReviewDir, top_answer
-from omni.learn.review_filters import ItemFilter, ReviewInputError
-from omni.learn.review_history import ADJUDICATION_QUEUE, MAX_REASON_CHARS, ItemState, ReviewHistory
-from omni.learn.review_sources import BatchSource, Decided, KeptSource, ReviewSource
+from omni.review.agreement import question_agreement
+from omni.review.directory import ReviewDir
+from omni.review.filters import ItemFilter, ReviewInputError
+from omni.review.history import ADJUDICATION_QUEUE, MAX_REASON_CHARS, ItemState, ReviewHistory
+from omni.review.sources import BatchSource, Decided, KeptSource, ReviewSource
 
 BROWSER_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
                  "bmp": "image/bmp", "wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
