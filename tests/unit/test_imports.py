@@ -83,46 +83,24 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
             for name, source in sources.items()}
 
 
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
 def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected set of more than one module (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    circles = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, targets = work[-1]
-            target = next(targets, None)
-            if target is not None:
-                if target not in index:
-                    index[target] = low[target] = len(index)
-                    stack.append(target)
-                    on_stack.add(target)
-                    work.append((target, iter(sorted(graph[target]))))
-                elif target in on_stack:
-                    low[node] = min(low[node], index[target])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                members = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    members.append(member)
-                    if member == node:
-                        break
-                if len(members) > 1:
-                    circles.append(sorted(members))
-    return circles
+    """Every set of more than one module that import each other, directly or through others (sorted)."""
+    reach = {module: reachable(graph, module) for module in graph}
+    circles = {tuple(sorted({module} | {other for other in reach[module] if module in reach[other]}))
+               for module in graph if module in reach[module]}
+    return sorted(list(circle) for circle in circles)
 
 
 def test_no_import_circles():
