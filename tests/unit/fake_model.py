@@ -1,7 +1,8 @@
 """FakeModel: a small model behind the REAL DecisionEngine for API and serving tests (no weights, no transformers).
 
-It satisfies the `DecisionModel` surface (omni/model/surface.py; tests/unit/test_surfaces.py checks it): nothing is
-ever chunked, its media "encoding" is the checks alone and it keeps no cache.
+It satisfies the `DecisionModel` surface (omni/model/surface.py; mypy checks it in `_declared_surface` below, and
+tests/unit/test_surfaces.py at run time): nothing is ever chunked, its media "encoding" is the checks alone and it
+keeps no cache.
 
 Media are checked by the real limits and format sniffing; a body ending in b"CORRUPT" does not decode. Answers are
 uniform. Knobs by state text: "__boom__" fails its whole batch in the forward, "__bug__" raises a plain RuntimeError
@@ -25,6 +26,7 @@ from omni.model.cache import CacheStats
 from omni.model.calibration import Calibration
 from omni.model.checkpoint import CheckpointSource
 from omni.model.media import NO_MEDIA, RequestMedia
+from omni.model.surface import DecisionModel
 from preprocess.errors import CorruptMedia
 from preprocess.item import MediaItem
 from preprocess.media import check_request
@@ -124,3 +126,9 @@ class FakeModel:
         return ModelEvidence(ModelAudit("", hashlib.sha256(b"fake").hexdigest(), {}, self.source.release_date, "fake"),
                              None, prompt, media, {"omni_decide": "test", "git_commit": None, "torch": "", "transformers": "",
                                                    "pyav": "", "ffmpeg": ""}, "cpu", "float32", "float32")
+
+
+def _declared_surface(model: FakeModel) -> DecisionModel[FakeRecord]:
+    """Never called: mypy (pyproject's [tool.mypy] files include this module) checks here that the fake keeps
+    satisfying the `DecisionModel` surface the engine is typed by."""
+    return model
