@@ -128,7 +128,7 @@ class Tally:
 def client(port: int, seed: int, until: float, max_requests: int, tally: Tally, long_lines: int = 1300) -> None:
     rng = random.Random(seed)
     bodies = Bodies(rng, long_lines)
-    kinds, weights = zip(*MIX)
+    kinds, weights = zip(*MIX, strict=True)
     n = 0
     while time.monotonic() < until and tally.requests < max_requests:
         kind = rng.choices(kinds, weights)[0]
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                       "unexpected": dict(tally.unexpected), "by_kind": {k: dict(v) for k, v in tally.by_kind.items()},
                       "rss_mib_start": samples[0], "rss_mib_max": max(samples), "rss_mib_end": samples[-1],
                       "rss_mib_samples": samples, "cache_mib_samples": caches,
-                      "rss_less_caches_mib": [r - c for r, c in zip(samples, caches)],
+                      "rss_less_caches_mib": [r - c for r, c in zip(samples, caches, strict=True)],
                       "server_log_errors": server_log.count(" ERROR "),
                       "server_log_tracebacks": server_log.count("Traceback")}), flush=True)
     return 0

@@ -252,7 +252,7 @@ def received(got: list[tuple[str, str, bytes, float]]) -> dict:
     return {"posts": len(got), "distinct_keys": len(keys), "keys_seen_twice_or_more": sum(n > 1 for n in keys.values()),
             "signatures_valid": sum(verify(SECRET, signature, body, now=at) for _, signature, body, at in got),
             "outcomes": dict(Counter(p.get("outcome") for p in payloads)),
-            "key_mismatches": sum(p.get("request_id") != key for p, (key, _, _, _) in zip(payloads, got))}
+            "key_mismatches": sum(p.get("request_id") != key for p, (key, _, _, _) in zip(payloads, got, strict=True))}
 
 
 def dead_letters(path: Path) -> dict:
