@@ -66,7 +66,7 @@ def answer_question(question: Question, head_order_probabilities: Sequence[float
     values = np.asarray(head_order_probabilities, dtype=np.float64)
     if values.shape != (len(question.options),) or not np.all(np.isfinite(values)) or values.sum() <= 0:
         raise InferenceFailed(f"question {question.id!r}: the model produced invalid probabilities")
-    by_id = dict(zip((o.id for o in question.prompt_options), values))
+    by_id = dict(zip((o.id for o in question.prompt_options), values, strict=True))
     p = np.array([by_id[o.id] for o in question.options])            # request order
     p = p / p.sum()
     rounded = round_distribution(p, decimals)
@@ -77,7 +77,7 @@ def answer_question(question: Question, head_order_probabilities: Sequence[float
     conf = rounded[best] if confidence == "clef" else round(confidence_of(question.type, p, confidence), decimals)
     if question.type == "choice":
         return {"type": "choice", "choice": question.options[best].id,
-                "probabilities": {o.id: r for o, r in zip(question.options, rounded)}, "confidence": conf}
+                "probabilities": {o.id: r for o, r in zip(question.options, rounded, strict=True)}, "confidence": conf}
     score = float((np.arange(len(p)) * p).sum())
     return {"type": "score", "score": round(score, decimals),
             "legend": {str(i): o.description for i, o in enumerate(question.options)},
@@ -88,7 +88,7 @@ def build_answers(questions: Sequence[Question], probabilities: Sequence[Sequenc
                   confidence: str = "clef", decimals: int = 4) -> dict[str, JSONObject]:
     """All answers, keyed by question id in request order."""
     answers = {q.id: answer_question(q, p, confidence=confidence, decimals=decimals)
-               for q, p in zip(questions, probabilities)}
+               for q, p in zip(questions, probabilities, strict=True)}
     for answer in answers.values():
         for key in ("noul", "score", "confidence"):
             if key in answer and not math.isfinite(answer[key]):

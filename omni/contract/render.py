@@ -55,7 +55,7 @@ def render_request(request: DecisionRequest, media_entries: Sequence[JSONValue] 
     if request.model is not None:
         body["model"] = request.model
     for slot in SLOTS:
-        slot_entries = [entry for item, entry in zip(request.media, entries) if item.slot == slot]
+        slot_entries = [entry for item, entry in zip(request.media, entries, strict=True) if item.slot == slot]
         if slot_entries:
             body[slot] = slot_entries
     if not request.truncate:

@@ -39,7 +39,7 @@ def drift_plot(report: dict[str, Any], path: Path, top: int = 6) -> Path:
     psi_axes.axhspan(MODERATE_PSI, MAJOR_PSI, color="#ffdd88", alpha=0.35, label=f"moderate (>= {MODERATE_PSI})")
     psi_axes.axhspan(MAJOR_PSI, peak * 1.08, color="#ee6677", alpha=0.2, label=f"major (>= {MAJOR_PSI})")
     for number, qid in enumerate(drawn):
-        points = [(centre, value) for centre, value in zip(centres, (_psi(w, qid) for w in windows))
+        points = [(centre, value) for centre, value in zip(centres, (_psi(w, qid) for w in windows), strict=True)
                   if value is not None]                 # a window without a PSI is skipped, not a break
         psi_axes.plot([x for x, _ in points], [y for _, y in points], marker="o", markersize=3, linewidth=1.2, color=COLOURS[number % len(COLOURS)],
                       label=qid)
@@ -84,7 +84,7 @@ def _shares(axes: Any, windows: list[dict[str, Any]], starts: list[datetime], qi
             heights.append(count / total if total else 0.0)
         axes.bar(starts, heights, width=width_days, bottom=bottoms, align="edge",
                  color=COLOURS[number % len(COLOURS)], label=label)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     axes.set_ylim(0, 1)
     axes.set_ylabel("share", fontsize=8)
     axes.set_title(f"{qid}: answers", fontsize=8, loc="left")

@@ -72,7 +72,7 @@ def collect_logits(model: DecisionModel[RecordT], records: Sequence[LabelledRequ
         if prepared:
             with torch.inference_mode():
                 per_record = model.logits(prepared)
-            for record, logits in zip(kept, per_record):
+            for record, logits in zip(kept, per_record, strict=True):
                 scored.extend(_score_record(record, logits))
         bar.update(len(batch))
     bar.close()
@@ -84,7 +84,7 @@ def collect_logits(model: DecisionModel[RecordT], records: Sequence[LabelledRequ
 def _score_record(record: LabelledRequest, logits: list[torch.Tensor]) -> list[ScoredQuestion]:
     out: list[ScoredQuestion] = []
     modality = request_modality(record.request)
-    for question, question_logits in zip(record.request.questions, logits):
+    for question, question_logits in zip(record.request.questions, logits, strict=True):
         if question.id in record.labels:
             out.append(ScoredQuestion(record.line, question.id, question.type,
                                       tuple(o.id for o in question.prompt_options),
@@ -238,10 +238,11 @@ def write_report(result: JSONObject, groups: Sequence[Group], pooled: dict[str, 
     with (out / "predictions.jsonl").open("w") as handle:
         for item in scored:
             p = probabilities_of(item, calibration)
+            probabilities = {o: round(float(v), 6) for o, v in zip(item.option_ids, p, strict=True)}
             handle.write(json.dumps({"line": item.line, "question": item.question_id,
                                      "label": item.option_ids[item.label],
                                      "predicted": item.option_ids[int(np.argmax(p))],
-                                     "probabilities": {o: round(float(v), 6) for o, v in zip(item.option_ids, p)}})
+                                     "probabilities": probabilities})
                          + "\n")
     return out
 

@@ -77,8 +77,9 @@ def batch_loss(questions_per_record: Sequence[Sequence[Question]], logits_per_re
                labels_per_record: Sequence[dict[str, str]], config: TrainingConfig) -> torch.Tensor:
     """Mean Clef loss over every labelled question of the batch."""
     losses = [clef_loss(logits, label_index(q, labels[q.id]), config.label_smoothing, config.brier_weight)
-              for questions, per_question, labels in zip(questions_per_record, logits_per_record, labels_per_record)
-              for q, logits in zip(questions, per_question) if q.id in labels]
+              for questions, per_question, labels in zip(questions_per_record, logits_per_record, labels_per_record,
+                                                         strict=True)
+              for q, logits in zip(questions, per_question, strict=True) if q.id in labels]
     return torch.stack(losses).mean()
 
 
@@ -88,7 +89,7 @@ def _permute_choice_ids(question: Question, rng: random.Random) -> tuple[Questio
     described = [o.id for o in question.options if o.description is not None]
     shuffled = described[:]
     rng.shuffle(shuffled)
-    renamed = dict(zip(described, shuffled))
+    renamed = dict(zip(described, shuffled, strict=True))
     options = [Option(renamed.get(o.id, o.id), o.description) for o in question.options]
     rng.shuffle(options)                    # request order is free too (the prompt sorts by id)
     return replace(question, options=tuple(options)), renamed
@@ -281,7 +282,7 @@ class Trainer(Generic[RecordT]):
         for start in bar:
             batch = [train[i] for i in order[start:start + config.batch_records]]
             pairs = [augment(r, rng) if config.augment else (r.request, r.labels) for r in batch]
-            prepared = [self.prepare(record, request) for record, (request, _) in zip(batch, pairs)]
+            prepared = [self.prepare(record, request) for record, (request, _) in zip(batch, pairs, strict=True)]
             with torch.enable_grad():
                 logits = self.model.logits(prepared)
                 loss = batch_loss([request.questions for request, _ in pairs], logits, [lab for _, lab in pairs],

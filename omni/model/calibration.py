@@ -126,7 +126,7 @@ class Calibration:
         """Per question logits of one request (its question order) → calibrated logits, same order; the bucket
         takes the request's modality set from its media."""
         modality = request_modality(request)
-        return [self.apply(q.type, len(q.options), x, modality) for q, x in zip(request.questions, logits)]
+        return [self.apply(q.type, len(q.options), x, modality) for q, x in zip(request.questions, logits, strict=True)]
 
 
 # ------------------------------------------------------------------------------------------------- binding

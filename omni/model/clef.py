@@ -99,7 +99,7 @@ class ClefModel:
     def probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         per_record = self.logits(records)
         if self.calibration is not None:
-            per_record = [self.calibration.apply_record(r.request, x) for r, x in zip(records, per_record)]
+            per_record = [self.calibration.apply_record(r.request, x) for r, x in zip(records, per_record, strict=True)]
         return [option_probabilities(per_question) for per_question in per_record]
 
     def needs_chunks(self, record: PreparedRecord) -> bool:

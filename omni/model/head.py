@@ -192,9 +192,9 @@ def _with_prefix(memory: torch.Tensor, lengths: list[int],
                  prefix_memory: Sequence[torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor]:
     """Each record's prefix memory rows followed by its own rows, right-padded: ([B, L', W], lengths [B])."""
     prefixes = [m if m is not None else memory.new_zeros(0, memory.shape[-1]) for m in prefix_memory]
-    totals = [len(p) + n for p, n in zip(prefixes, lengths)]
+    totals = [len(p) + n for p, n in zip(prefixes, lengths, strict=True)]
     out = memory.new_zeros(len(lengths), max(totals), memory.shape[-1])
-    for b, (prefix, n) in enumerate(zip(prefixes, lengths)):
+    for b, (prefix, n) in enumerate(zip(prefixes, lengths, strict=True)):
         out[b, :len(prefix)] = prefix.to(memory.device, memory.dtype)
         out[b, len(prefix):len(prefix) + n] = memory[b, :n]
     return out, torch.tensor(totals, device=memory.device)

@@ -134,7 +134,7 @@ class PromptEncoder:
         groups = [[q] for q in request.questions] if isolated else [list(request.questions)]
         block_segments = [self.schema_segments(group) for group in groups]
         pieces = iter(self._ids([text for segments in block_segments for _, text in segments]))
-        blocks = [self._block(segments, pieces, group) for segments, group in zip(block_segments, groups)]
+        blocks = [self._block(segments, pieces, group) for segments, group in zip(block_segments, groups, strict=True)]
 
         head_ids = list(self.prefix_ids) + list(media_ids)
         fixed = len(head_ids) + len(self.schema_header_ids) + max(len(ids) for ids, _ in blocks)
@@ -176,7 +176,7 @@ class PromptEncoder:
                 kept_end = offsets[budget - 1][1] if 0 < budget < len(ids) else (0 if budget == 0 else len(text))
                 return StateTokens(ids[:budget], len(ids), True, len(text) - kept_end if len(ids) > budget else 0)
             trusted_end = limit - CUT_MARGIN_CHARS
-            trusted = [i for i, (_, end) in zip(ids, offsets) if end <= trusted_end]
+            trusted = [i for i, (_, end) in zip(ids, offsets, strict=True) if end <= trusted_end]
             if len(trusted) > budget:
                 kept_end = offsets[budget - 1][1] if budget else 0
                 chars_per_token = max(kept_end, 1) / max(budget, 1)

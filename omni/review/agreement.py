@@ -85,7 +85,8 @@ def question_agreement(items: Sequence[Sequence[tuple[str, str]]], model: Sequen
             method, used = "fleiss", len(firsts)
             kappa, observed = fleiss_kappa(counts), fleiss_observed(counts)
             names = sorted({r for labels in firsts for r, _ in labels})
-    judged = [label == answer for labels, answer in zip(items, model) if answer is not None for _, label in labels]
+    judged = [label == answer for labels, answer in zip(items, model, strict=True) if answer is not None
+              for _, label in labels]
     return {"items": used, "reviewers": names if method else [], "kappa": _round(kappa), "method": method,
             "observed": _round(observed), "model": _round(sum(judged) / len(judged)) if judged else None,
             "labels": len(judged)}

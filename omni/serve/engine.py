@@ -151,7 +151,7 @@ class DecisionEngine(Generic[RecordT]):
         model = self._model()
         try:
             pending = [self._longs.turn(model, record, record.timings_ms) for record in records]
-            ready = [record for record, more in zip(records, pending) if not more]
+            ready = [record for record, more in zip(records, pending, strict=True) if not more]
             probabilities = iter(model.probabilities(ready) if ready else [])
         except OmniError:
             raise
@@ -162,7 +162,7 @@ class DecisionEngine(Generic[RecordT]):
         self._heap.after_batch(sum(stats.evictions for stats in model.cache_stats().values()),
                                sum(record.num_tokens for record in records))
         return [REQUEUE if more else self._decision(record, next(probabilities), forward_ms, len(ready))
-                for record, more in zip(records, pending)]
+                for record, more in zip(records, pending, strict=True)]
 
     def _decision(self, record: RecordT, per_question: list[torch.Tensor], forward_ms: float,
                   batch_size: int) -> Decision:
@@ -209,7 +209,7 @@ class DecisionEngine(Generic[RecordT]):
         results: list[Decision | Requeue] = [REQUEUE] * len(records)
         while any(result is REQUEUE for result in results):
             waiting = [i for i, result in enumerate(results) if result is REQUEUE]
-            for i, result in zip(waiting, self._run([records[i] for i in waiting])):
+            for i, result in zip(waiting, self._run([records[i] for i in waiting]), strict=True):
                 results[i] = result
         return [result for result in results if isinstance(result, Decision)]
 
@@ -303,8 +303,8 @@ class DecisionEngine(Generic[RecordT]):
 def unrounded(questions: Sequence[Question], per_question: list[torch.Tensor]) -> dict[str, dict[str, float]]:
     """Question id -> option id -> probability as the model gave it (head order mapped to request order)."""
     probabilities = {}
-    for question, values in zip(questions, per_question):
-        by_id = dict(zip((o.id for o in question.prompt_options), values.tolist()))
+    for question, values in zip(questions, per_question, strict=True):
+        by_id = dict(zip((o.id for o in question.prompt_options), values.tolist(), strict=True))
         probabilities[question.id] = {o.id: float(by_id[o.id]) for o in question.options}
     return probabilities
 

@@ -201,7 +201,7 @@ def test_a_burst_with_corrupt_uploads_loses_nothing_and_gets_no_5xx(cluster, loc
     replies = run_async(_burst(str(client.base_url), bodies))
     assert all(isinstance(r, httpx.Response) for r in replies), [r for r in replies if not isinstance(r, httpx.Response)]
     assert [r.status_code for r in replies] == expected
-    for body, reply in zip(bodies, replies):
+    for body, reply in zip(bodies, replies, strict=True):
         if reply.status_code == 200:       # the burst's answers are the reference's, whichever replica answered
             assert reply.json() == local.post("/v1/systemone", json=body).json()
         else:

@@ -109,7 +109,7 @@ def test_decide_batch_gives_what_decide_gives(engine):
     requests = [request("The fan rattles."), request("All quiet.")]
     batched = engine.decide_batch(requests)
     assert len(batched) == 2
-    for one, decision in zip(requests, batched):
+    for one, decision in zip(requests, batched, strict=True):
         check_answers(decision)
         single = engine.decide(one)
         assert decision.usage == single.usage

@@ -32,6 +32,6 @@ def test_cuda_matches_cpu(tiny_dir, dtype, tolerance):
     for b in (body, {"state": "text only", "questions": QUESTIONS}):
         want = cpu.model.probabilities([cpu.model.prepare(parse_request(b, cpu.config))])[0]
         got = gpu.model.probabilities([gpu.model.prepare(parse_request(b, gpu.config))])[0]
-        for p, q in zip(got, want):
+        for p, q in zip(got, want, strict=True):
             assert p.dtype == torch.float32
             torch.testing.assert_close(p.cpu(), q, atol=tolerance, rtol=0)

@@ -120,7 +120,7 @@ def dataset_answers(engine, tmp_path, media) -> dict[str, dict]:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     records = load_dataset(path, engine.config)
     names = ["dataset line, media file paths", "dataset line, assets", "dataset line, avrik object"]
-    return {name: engine.decide(record.request).to_wire() for name, record in zip(names, records)}
+    return {name: engine.decide(record.request).to_wire() for name, record in zip(names, records, strict=True)}
 
 
 def batch_answers(tiny_dir, tmp_path, media) -> dict[str, dict]:

@@ -16,7 +16,7 @@ def test_real_tokenizer_is_applied_segment_by_segment(tiny_dir):
              "exactly one of that field's allowed options.<|im_end|>\n<|im_start|>user\nSTATE:\n"),
             '{"list":[1,"é"],"n":1.0,"ok":true,"ticket":"Fan rattles"}', "\n\nSCHEMA FIELDS:\n"]
     for k, (qid, qtype, qtext, opts) in enumerate(zip(["rattle", "team", "sev"], ["noul", "choice", "score"],
-                                                      QUESTION_TEXTS, OPTION_TEXTS), start=1):
+                                                      QUESTION_TEXTS, OPTION_TEXTS, strict=True), start=1):
         segs += [f"\nFIELD {k}\nID: {qid}\nTYPE: {qtype}\nINSTRUCTION: ", qtext, "\nALLOWED OPTIONS:\n"]
         for j, o in enumerate(opts, start=1):
             segs += [f"OPTION {j}: ", o, "\n"]
@@ -27,5 +27,5 @@ def test_real_tokenizer_is_applied_segment_by_segment(tiny_dir):
     assert out.input_ids[:1] == [tok.convert_tokens_to_ids("<|im_start|>")]
     joined = tok("".join(segs), add_special_tokens=False).input_ids
     assert joined != expected           # why segment-wise tokenization matters: joins merge differently
-    for (s, e), q in zip(out.spans.question_spans, QUESTION_TEXTS):
+    for (s, e), q in zip(out.spans.question_spans, QUESTION_TEXTS, strict=True):
         assert out.input_ids[s:e] == tok(q, add_special_tokens=False).input_ids

@@ -89,7 +89,7 @@ def test_a_batch_mixing_hits_and_misses_equals_cache_off(tiny_dir, off, media):
               body("audio", media), body("image", media, state="Another unit."), body("video", media)]
     got = on.decide_batch([parse_request(b, on.config) for b in bodies])
     assert [d.cache.get("prefix") for d in got] == ["hit", "miss", "hit", "miss", "miss", "hit"]
-    for decision, want in zip(got, answers(off, bodies)):
+    for decision, want in zip(got, answers(off, bodies), strict=True):
         assert_close(decision.answers, want)
 
 
@@ -97,8 +97,8 @@ def test_answers_stay_exact_after_evictions(tiny_dir, off, media):
     small = engine(tiny_dir, prefix_cache_mb=0.35, media_cache_mb=0.05)              # room for about one prefix
     bodies = [body(kind, media, questions) for questions in (QUESTIONS, OTHER_QUESTIONS)
               for kind in ("text", "image", "audio", "video")]
-    for round_ in range(2):
-        for b, want in zip(bodies, answers(off, bodies)):
+    for _ in range(2):
+        for b, want in zip(bodies, answers(off, bodies), strict=True):
             assert_close(small.decide(parse_request(b, small.config)).answers, want)
     stats = small.cache_stats()
     assert stats["prefix"].evictions > 0 and stats["prefix"].bytes <= stats["prefix"].budget_bytes
@@ -114,7 +114,7 @@ def test_concurrent_requests_on_the_serving_path_equal_cache_off(tiny_dir, off, 
         with ThreadPoolExecutor(8) as pool:
             got = list(pool.map(lambda b: on.submit(parse_request(b, on.config)).result(120), bodies))
         wanted = answers(off, bodies[:len(bodies) // 2])
-        for decision, want in zip(got, wanted + wanted):
+        for decision, want in zip(got, wanted + wanted, strict=True):
             assert_close(decision.answers, want)
         assert on.cache_stats()["prefix"].hits > 0
     finally:

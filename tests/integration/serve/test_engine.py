@@ -46,13 +46,13 @@ def test_batch_equals_singles(tiny_engine):
     requests = variants(tiny_engine)
     records = [tiny_engine.model.prepare(r) for r in requests]
     batched = tiny_engine.model.probabilities(records)
-    for record, joint in zip(records, batched):
+    for record, joint in zip(records, batched, strict=True):
         single = tiny_engine.model.probabilities([record])[0]
-        for a, b in zip(joint, single):
+        for a, b in zip(joint, single, strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     wire_batch = [d.to_wire() for d in tiny_engine.decide_batch(requests)]
     wire_single = [tiny_engine.decide(r).to_wire() for r in requests]
-    for a, b in zip(wire_batch, wire_single):
+    for a, b in zip(wire_batch, wire_single, strict=True):
         assert a["usage"] == b["usage"] and a["answers"].keys() == b["answers"].keys()
 
 

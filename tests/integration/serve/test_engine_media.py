@@ -68,8 +68,8 @@ def test_media_batch_equals_singles(tiny_engine, media):
               {"state": "c", "questions": QUESTIONS}]
     records = [tiny_engine.model.prepare(parse_request(b, tiny_engine.config)) for b in bodies]
     batched = tiny_engine.model.probabilities(records)
-    for record, joint in zip(records, batched):
-        for a, b in zip(joint, tiny_engine.model.probabilities([record])[0]):
+    for record, joint in zip(records, batched, strict=True):
+        for a, b in zip(joint, tiny_engine.model.probabilities([record])[0], strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
@@ -84,7 +84,7 @@ def test_explicit_positions_equal_get_rope_index(tiny_engine, media):
     assert torch.equal(record.position_ids, want.long())
 
 
-@pytest.mark.parametrize("field,item,error,label", [
+@pytest.mark.parametrize(("field", "item", "error", "label"), [
     ("images", ("video/mp4", "mp4"), UnsupportedMedia, "images[0]"),
     ("videos", ("image/png", "png"), UnsupportedMedia, "videos[0]"),
     ("audio", ("audio/wav", "truncated_wav"), CorruptMedia, "audio[0]"),

@@ -24,7 +24,7 @@ def exact_sum(values):
 def test_rounded_distribution_sums_to_exactly_one(p):
     rounded = round_distribution(p, 4)
     assert exact_sum(rounded) == 1
-    assert all(abs(r - x) <= 1e-4 for r, x in zip(rounded, p))
+    assert all(abs(r - x) <= 1e-4 for r, x in zip(rounded, p, strict=True))
 
 
 def test_random_distributions_keep_exact_sum():

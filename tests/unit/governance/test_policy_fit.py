@@ -35,7 +35,7 @@ def row(confidence: float, correct: bool, line: int = 0, qid: str = "ok", media:
 
 
 def rows_of(confidences, correct, qid="ok", media=()):
-    return [row(c, ok, i, qid, media) for i, (c, ok) in enumerate(zip(confidences, correct))]
+    return [row(c, ok, i, qid, media) for i, (c, ok) in enumerate(zip(confidences, correct, strict=True))]
 
 
 # ------------------------------------------------------------------------------------------------ the bound
@@ -72,7 +72,7 @@ def brute_force(confidences, correct, target, level):
     """The rule read literally: the lowest observed confidence t whose {confidence >= t} has bound >= target."""
     qualifying = []
     for t in sorted(set(confidences)):
-        chosen = [ok for c, ok in zip(confidences, correct) if c >= t]
+        chosen = [ok for c, ok in zip(confidences, correct, strict=True) if c >= t]
         if lower_bound(sum(chosen), len(chosen), level) >= target:
             qualifying.append(t)
     return min(qualifying) if qualifying else 1.0
@@ -94,7 +94,7 @@ def test_the_chosen_bar_is_the_lowest_whose_automatic_answers_reach_the_target()
             assert fit.auto_at == brute_force(confidences, correct, target, 0.95)
             if fit.chosen is not None:
                 checked += 1
-                automatic = [ok for c, ok in zip(confidences, correct) if c >= fit.auto_at]
+                automatic = [ok for c, ok in zip(confidences, correct, strict=True) if c >= fit.auto_at]
                 assert (fit.chosen.automatic, fit.chosen.correct) == (len(automatic), sum(automatic))
                 assert fit.chosen.coverage == pytest.approx(len(automatic) / len(confidences))
     assert checked > 30                          # most random questions do support a bar: the check is not vacuous
@@ -210,7 +210,7 @@ def test_a_question_whose_type_differs_from_the_old_policy_is_refused():
 def test_per_medium_bars_are_written_only_where_stricter_and_supported():
     image_ok = rows_of([0.9] * 300, [True] * 300, media=("image",))
     video = [row(c, ok, 1000 + i, media=("video",)) for i, (c, ok) in
-             enumerate(zip([0.99] * 200 + [0.9] * 200, [True] * 200 + [True] * 180 + [False] * 20))]
+             enumerate(zip([0.99] * 200 + [0.9] * 200, [True] * 200 + [True] * 180 + [False] * 20, strict=True))]
     audio_few = [row(0.9, True, 2000 + i, media=("audio",)) for i in range(20)]
     fit = fit_policy(image_ok + video + audio_few, 0.95, 0.95, per_modality=True)
     question = fit.questions["ok"]

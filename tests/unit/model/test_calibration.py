@@ -60,7 +60,7 @@ def test_fit_temperature_recovers_the_sharpening_factor():
 
 def test_fitted_calibration_lowers_nll_and_ece_of_an_overconfident_set():
     logits, labels = overconfident_set()
-    calibration = fit_calibration([("choice", row, y) for row, y in zip(logits, labels)], "fp")
+    calibration = fit_calibration([("choice", row, y) for row, y in zip(logits, labels, strict=True)], "fp")
     assert set(calibration.temperatures) == {"choice:3-4"}
     assert calibration.temperatures["choice:3-4"] > 2.5
     calibrated = np.stack([calibration.apply("choice", 3, row) for row in logits])
@@ -113,7 +113,7 @@ def test_separable_labels_push_the_temperature_to_its_bound_and_say_so():
     assert calibration.temperatures["noul:2"] == pytest.approx(0.01, rel=0.05)
     assert calibration.details["noul:2"]["at_bound"] is True
     logits, labels = overconfident_set()
-    honest = fit_calibration([("choice", row, y) for row, y in zip(logits, labels)], "fp")
+    honest = fit_calibration([("choice", row, y) for row, y in zip(logits, labels, strict=True)], "fp")
     assert honest.details["choice:3-4"]["at_bound"] is False
 
 
@@ -138,8 +138,8 @@ def mixed_set(n_each=400, sharpening=4.0):
     """Image requests over-confident by `sharpening`, text requests honest (labels drawn from their own logits)."""
     image_logits, image_labels = overconfident_set(n_each, k=2, sharpening=sharpening, seed=1)
     text_logits, text_labels = overconfident_set(n_each, k=2, sharpening=1.0, seed=2)
-    return ([("noul", row, y, "image") for row, y in zip(image_logits, image_labels)]
-            + [("noul", row, y, "text") for row, y in zip(text_logits, text_labels)])
+    return ([("noul", row, y, "image") for row, y in zip(image_logits, image_labels, strict=True)]
+            + [("noul", row, y, "text") for row, y in zip(text_logits, text_labels, strict=True)])
 
 
 def test_image_and_text_requests_get_their_own_temperatures():

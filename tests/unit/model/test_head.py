@@ -183,7 +183,7 @@ def test_independent_implementation_agrees():
         with torch.no_grad():
             got = head(hidden, ids, tab, spans)
             want = reference(head, hidden.double().float(), ids, tab, spans)
-        for a, b in zip(got, want):
+        for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
@@ -200,7 +200,7 @@ def test_strict_load_round_trip_and_refusals(tmp_path):
     loaded = load_joint_head(tmp_path)
     hidden, ids, tab, spans = make_inputs()
     with torch.no_grad():
-        for a, b in zip(loaded(hidden, ids, tab, spans), head(hidden, ids, tab, spans)):
+        for a, b in zip(loaded(hidden, ids, tab, spans), head(hidden, ids, tab, spans), strict=True):
             assert torch.equal(a, b)
     state = head.state_dict()
     state.pop("residual_gate")
@@ -250,7 +250,7 @@ def test_batched_pass_equals_per_record_pass(lengths):
         for b, T in enumerate(lengths):
             single = head(hidden[b, :T], ids[b, :T], tab, spans[b])
             assert [x.shape for x in batched[b]] == [x.shape for x in single]
-            for x, y in zip(batched[b], single):
+            for x, y in zip(batched[b], single, strict=True):
                 torch.testing.assert_close(x, y, atol=2e-6, rtol=0)
 
 
@@ -266,9 +266,10 @@ def test_batched_pass_ignores_padding_and_neighbours():
         noisy_hidden[2] += torch.randn_like(noisy_hidden[2])   # a different neighbour
         out = head.forward_batch(noisy_hidden, lengths, noisy_ids, tab, spans)
     for b in (0, 1):
-        for x, y in zip(out[b], base[b]):
+        for x, y in zip(out[b], base[b], strict=True):
             torch.testing.assert_close(x, y, atol=2e-6, rtol=0)
-    assert not all(torch.allclose(x, y) for x, y in zip(out[2], base[2]))   # the change reached its own record
+    # the change reached its own record
+    assert not all(torch.allclose(x, y) for x, y in zip(out[2], base[2], strict=True))
 
 
 def test_batched_pass_trains_like_the_per_record_pass():
@@ -279,7 +280,7 @@ def test_batched_pass_trains_like_the_per_record_pass():
     batched = torch.autograd.grad(loss, list(head.parameters()), allow_unused=True)
     loss = sum(x.sum() for b, T in enumerate(lengths) for x in head(hidden[b, :T], ids[b, :T], tab, spans[b]))
     single = torch.autograd.grad(loss, list(head.parameters()), allow_unused=True)
-    for (name, _), x, y in zip(head.named_parameters(), batched, single):
+    for (name, _), x, y in zip(head.named_parameters(), batched, single, strict=True):
         assert (x is None) == (y is None), name
         if x is not None:
             torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)

@@ -52,7 +52,7 @@ def test_more_reviewers_get_fleiss_kappa_on_the_first_k_labels():
     items = []
     for counts in FLEISS_EXAMPLE:
         labels = [str(c) for c, count in enumerate(counts) for _ in range(count)]
-        items.append(list(zip(names, labels)))
+        items.append(list(zip(names, labels, strict=True)))
     result = question_agreement(items, [None] * len(items), k=14)
     assert result["method"] == "fleiss" and result["items"] == 10 and len(result["reviewers"]) == 14
     assert result["kappa"] == pytest.approx(0.210, abs=5e-4) and result["observed"] == pytest.approx(0.378, abs=5e-4)
@@ -77,7 +77,8 @@ def test_the_queues_report_agreement_per_question(tmp_path):
     keys = [review_dir.keep_decision(request(f"unit {n}"), answers) for n in range(4)]
     queues = ReviewQueues(review_dir, config=CONFIG)
     ann, ben = Viewer("ann"), Viewer("ben")
-    for key, (a, b) in zip(keys, [("true", "true"), ("true", "false"), ("false", "false"), ("true", "true")]):
+    pairs = [("true", "true"), ("true", "false"), ("false", "false"), ("true", "true")]
+    for key, (a, b) in zip(keys, pairs, strict=True):
         queues.label("kept", key, {"ok": a}, ann)
         queues.label("kept", key, {"ok": b}, ben)
     queues.label("kept", keys[0], {"team": "power"}, ann)

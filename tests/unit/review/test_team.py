@@ -127,7 +127,7 @@ def test_filters_combine(tmp_path):
     review_dir, keys = kept_dir(tmp_path, oks=(0.45, 0.35, 0.75, 0.8, 0.95, 0.97), route=route)
     queues = ReviewQueues(review_dir, config=CONFIG, policy=lambda: None)
     confidence = [(e["key"], e["confidence"]) for e in queues.items("policy")]
-    assert confidence == list(zip(keys, [0.55, 0.65, 0.75, 0.8, 0.85, 0.85]))
+    assert confidence == list(zip(keys, [0.55, 0.65, 0.75, 0.8, 0.85, 0.85], strict=True))
     queues.label("policy", keys[0], EVERY, ALICE)                      # done
     queues.label("policy", keys[1], {"ok": "false"}, BOB)              # partly
     queues.comment("policy", keys[2], "look at the fan", BOB)
