@@ -53,9 +53,29 @@ def collect_media(body: Mapping[str, JSONValue], parts: Sequence[Part],
                   issues: Issues) -> tuple[list[MediaItem], dict[str, str]]:
     """(every media item in prompt order, placeholder -> replacement text). Problems go to `issues`."""
     slots = _Slots()
+    _add_slot_lists(body, slots, issues)
+    _add_files(body, slots, issues)
+    named = [p for p in parts if p.name not in SLOTS]
+    for name, n in Counter(p.name for p in named).items():
+        if n > 1:
+            issues.add((name,), "two parts with this name", "value_error")
+    replacements, claimed = _assets(body, {p.name: p for p in named}, slots, issues)
+    for p in named:
+        if p.name not in claimed:
+            issues.add((p.name,), "part is not claimed by any asset and is not images/audio/videos", "extra_forbidden")
+    _add_slot_parts(parts, slots, issues)
+    return slots.all(), replacements
+
+
+def _add_slot_lists(body: Mapping[str, JSONValue], slots: _Slots, issues: Issues) -> None:
+    """The JSON lists `images` / `audio` / `videos`, each into its slot."""
     for slot in SLOTS:
         for i, item in enumerate(_as_list(body.get(slot), (slot,), issues)):
             slots.add(slot, *(decode_media_item(item, (slot, i), issues) or (None, None)))
+
+
+def _add_files(body: Mapping[str, JSONValue], slots: _Slots, issues: Issues) -> None:
+    """llama.cpp `files`: each data URL into the slot its type names."""
     for i, item in enumerate(_as_list(body.get("files"), ("files",), issues)):
         kind = _data_url_kind(item)
         if kind is None:
@@ -64,22 +84,16 @@ def collect_media(body: Mapping[str, JSONValue], parts: Sequence[Part],
             continue
         data, declared = decode_media_item(item, ("files", i), issues) or (None, None)
         slots.add(SLOT_OF_KIND[kind], data, declared, origin=f"files[{i}]")
-    named = [p for p in parts if p.name not in SLOTS]
-    for name, n in Counter(p.name for p in named).items():
-        if n > 1:
-            issues.add((name,), "two parts with this name", "value_error")
-    by_name = {p.name: p for p in named}
-    replacements, claimed = _assets(body, by_name, slots, issues)
-    for p in named:
-        if p.name not in claimed:
-            issues.add((p.name,), "part is not claimed by any asset and is not images/audio/videos", "extra_forbidden")
+
+
+def _add_slot_parts(parts: Sequence[Part], slots: _Slots, issues: Issues) -> None:
+    """Parts named `images` / `audio` / `videos`, each into that slot in the order they were sent."""
     for p in parts:
         if p.name in SLOTS:
             declared = None if (p.content_type or "") in GENERIC_TYPES else p.content_type
             index = slots.add(p.name, p.data or None, declared, p.origin)
             if not p.data:
                 issues.add((p.name, index), "empty media item", "media_item")
-    return slots.all(), replacements
 
 
 def _assets(body: Mapping[str, JSONValue], parts: dict[str, Part], slots: _Slots,

@@ -124,7 +124,7 @@ def precision_curve(confidences: Sequence[float], correct: Sequence[bool], level
     k = right[automatic - 1]
     bounds = np.where(k > 0, beta.ppf(1.0 - level, np.maximum(k, 1), automatic - k + 1), 0.0)
     return [CurvePoint(float(t), int(n), int(c), float(n / conf.size), float(c / n), float(b))
-            for t, n, c, b in zip(bars, automatic, k, bounds)]
+            for t, n, c, b in zip(bars, automatic, k, bounds, strict=True)]
 
 
 def choose(curve: Sequence[CurvePoint], target: float) -> CurvePoint | None:
@@ -276,46 +276,68 @@ def fit_policy(rows: Sequence[AnsweredQuestion], target: float, level: float = 0
     notes: list[str] = []
     nothing_acts: list[str] = []
     for qid, answers in by_question.items():
-        kinds = sorted({r.question_type for r in answers})
-        if len(kinds) > 1:
-            raise PolicyFitError(f"question {qid!r} is {' and '.join(kinds)} in different records: a rule is for one "
-                                 "type of question; give the questions distinct ids")
-        kind = kinds[0]
-        fits[qid] = fit = fit_question(answers, target, level, qid, kind, per_modality)
-        option_sets = {r.options for r in answers}
-        options = next(iter(option_sets)) if len(option_sets) == 1 else None
-        if options is None:
-            notes.append(f"{qid}: its answers differ between records, so its rule names no options")
+        fits[qid] = fit = fit_question(answers, target, level, qid, _one_type(qid, answers), per_modality)
+        options = _options(qid, answers, notes)
         kept = old.questions.get(qid) if old is not None else None
-        if kept is None:
-            rules[qid] = QuestionPolicy(fit.auto_at, (), {}, dict(fit.auto_at_with), kind, options)
+        if old is None or kept is None:
+            rules[qid] = QuestionPolicy(fit.auto_at, (), {}, dict(fit.auto_at_with), fit.question_type, options)
             nothing_acts.append(qid)
             continue
-        assert old is not None
-        if kept.type is not None and kept.type != kind:
-            raise PolicyFitError(f"{old.source}: questions.{qid} is a rule for a {kept.type} question; in the data "
-                                 f"{qid!r} is a {kind} question")
-        if kept.options is not None and options is not None and set(kept.options) != set(options):
-            notes.append(f"{qid}: {old.source} names the answers {', '.join(kept.options)}, the data "
-                         f"{', '.join(options)}: kept as {old.source} has them (the server sends a mismatch to review)")
-        if kept.auto_at_for:
-            notes.append(f"{qid}: auto_at_for kept from {old.source} ({', '.join(kept.auto_at_for)}): those answers "
-                         "keep their own bar, which this fit did not choose")
+        rules[qid] = _kept_rule(old, kept, fit, options, per_modality, notes)
         if not kept.act_on:
             nothing_acts.append(qid)
-        rules[qid] = QuestionPolicy(fit.auto_at, kept.act_on, dict(kept.auto_at_for),
-                                    dict(fit.auto_at_with) if per_modality else dict(kept.auto_at_with),
-                                    kept.type or kind, kept.options if kept.options is not None else options)
     if old is not None:
-        for qid, rule in old.questions.items():
-            if qid not in rules:
-                rules[qid] = rule
-                notes.append(f"{qid}: not in the data; its rule is kept from {old.source} as it was")
-        if old.default is not None:
-            notes.append(f"[default] kept from {old.source} as it was (not fitted: it is for questions the policy "
-                         "does not name)")
+        _keep_the_rest(old, rules, notes)
     if nothing_acts:
         notes.append(f"act_on = [] for {', '.join(nothing_acts)}: nothing acts (automatic answers pass) until the "
                      "team names the answers that call for action")
     name = version or (old.version if old is not None else "fitted")
     return PolicyFit(name, target, level, fits, rules, old.default if old is not None else None, tuple(notes))
+
+
+def _one_type(qid: str, answers: Sequence[AnsweredQuestion]) -> str:
+    """The question's one type in the data; a question of two types is refused."""
+    kinds = sorted({r.question_type for r in answers})
+    if len(kinds) > 1:
+        raise PolicyFitError(f"question {qid!r} is {' and '.join(kinds)} in different records: a rule is for one "
+                             "type of question; give the questions distinct ids")
+    return kinds[0]
+
+
+def _options(qid: str, answers: Sequence[AnsweredQuestion], notes: list[str]) -> tuple[str, ...] | None:
+    """The question's options when every record has the same ones; else None (and a note)."""
+    option_sets = {r.options for r in answers}
+    options = next(iter(option_sets)) if len(option_sets) == 1 else None
+    if options is None:
+        notes.append(f"{qid}: its answers differ between records, so its rule names no options")
+    return options
+
+
+def _kept_rule(old: Policy, kept: QuestionPolicy, fit: QuestionFit, options: tuple[str, ...] | None,
+               per_modality: bool, notes: list[str]) -> QuestionPolicy:
+    """The fitted bar in the old rule: its act_on, auto_at_for, type and options (and auto_at_with, unless
+    `per_modality`) kept; a type that differs from the data's is refused, what else differs is noted."""
+    qid, kind = fit.question_id, fit.question_type
+    if kept.type is not None and kept.type != kind:
+        raise PolicyFitError(f"{old.source}: questions.{qid} is a rule for a {kept.type} question; in the data "
+                             f"{qid!r} is a {kind} question")
+    if kept.options is not None and options is not None and set(kept.options) != set(options):
+        notes.append(f"{qid}: {old.source} names the answers {', '.join(kept.options)}, the data "
+                     f"{', '.join(options)}: kept as {old.source} has them (the server sends a mismatch to review)")
+    if kept.auto_at_for:
+        notes.append(f"{qid}: auto_at_for kept from {old.source} ({', '.join(kept.auto_at_for)}): those answers "
+                     "keep their own bar, which this fit did not choose")
+    return QuestionPolicy(fit.auto_at, kept.act_on, dict(kept.auto_at_for),
+                          dict(fit.auto_at_with) if per_modality else dict(kept.auto_at_with),
+                          kept.type or kind, kept.options if kept.options is not None else options)
+
+
+def _keep_the_rest(old: Policy, rules: dict[str, QuestionPolicy], notes: list[str]) -> None:
+    """The old rules of questions the data lacks, as they were, and a note for them and for its [default]."""
+    for qid, rule in old.questions.items():
+        if qid not in rules:
+            rules[qid] = rule
+            notes.append(f"{qid}: not in the data; its rule is kept from {old.source} as it was")
+    if old.default is not None:
+        notes.append(f"[default] kept from {old.source} as it was (not fitted: it is for questions the policy "
+                     "does not name)")

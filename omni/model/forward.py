@@ -55,6 +55,23 @@ class Forward:
     def logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         """Per record, per question [n_i] logits (request question order)."""
         use_cache = self.prefixes.enabled and not torch.is_grad_enabled()
+        entries = self._known_prefixes(records, use_cache)
+        out: list[list[torch.Tensor] | None] = [None] * len(records)
+        full = [i for i, r in enumerate(records) if not r.prompt.isolated and r.prefix_key not in entries]
+        if full:
+            for i, logits in zip(full, self._full(records, full, entries if use_cache else None), strict=True):
+                out[i] = logits
+        missing = {r.prefix_key: i for i, r in enumerate(records) if r.prompt.isolated and r.prefix_key not in entries}
+        if missing:
+            self._prefixes(records, list(missing.values()), entries, store=use_cache)
+        units = self._continue(records, [i for i in range(len(records)) if out[i] is None], entries)
+        if units:
+            self._read_units(records, units, out)
+        return [logits or [] for logits in out]
+
+    def _known_prefixes(self, records: Sequence[PreparedRecord], use_cache: bool) -> dict[str, PrefixEntry]:
+        """Prefix key -> entry of every prefix known before this batch runs (prefilled in chunks just now, or cached
+        when `use_cache`); each record's `cache["prefix"]` says hit or miss."""
         entries: dict[str, PrefixEntry] = {}
         for record in records:
             if record.prefix_entry is not None:                    # prefilled in chunks just now
@@ -66,24 +83,18 @@ class Forward:
                 record.cache["prefix"] = "hit" if entry is not None else "miss"
                 if entry is not None:
                     entries[record.prefix_key] = entry
-        out: list[list[torch.Tensor] | None] = [None] * len(records)
-        full = [i for i, r in enumerate(records) if not r.prompt.isolated and r.prefix_key not in entries]
-        if full:
-            for i, logits in zip(full, self._full(records, full, entries if use_cache else None)):
-                out[i] = logits
-        missing = {r.prefix_key: i for i, r in enumerate(records) if r.prompt.isolated and r.prefix_key not in entries}
-        if missing:
-            self._prefixes(records, list(missing.values()), entries, store=use_cache)
-        units = self._continue(records, [i for i in range(len(records)) if out[i] is None], entries)
-        if units:
-            per_unit = self._head([u.hidden for u in units], [u.input_ids for u in units], [u.spans for u in units],
-                                  [u.memory for u in units])
-            for unit, logits in zip(units, per_unit):
-                if records[unit.record].prompt.isolated:
-                    out[unit.record] = (out[unit.record] or []) + logits
-                else:
-                    out[unit.record] = logits
-        return [logits or [] for logits in out]
+        return entries
+
+    def _read_units(self, records: Sequence[PreparedRecord], units: list[_Unit],
+                    out: list[list[torch.Tensor] | None]) -> None:
+        """One head pass over `units`; each record's logits into `out` (an isolated record's blocks in order)."""
+        per_unit = self._head([u.hidden for u in units], [u.input_ids for u in units], [u.spans for u in units],
+                              [u.memory for u in units])
+        for unit, logits in zip(units, per_unit, strict=True):
+            if records[unit.record].prompt.isolated:
+                out[unit.record] = (out[unit.record] or []) + logits
+            else:
+                out[unit.record] = logits
 
     def _full(self, records: Sequence[PreparedRecord], rows: list[int],
               entries: dict[str, PrefixEntry] | None) -> list[list[torch.Tensor]]:
@@ -163,7 +174,7 @@ class Forward:
         lengths = [len(ids) for ids in input_ids]
         padded = hidden[0].new_zeros(len(hidden), max(lengths), hidden[0].shape[-1])
         ids = torch.zeros(len(hidden), max(lengths), dtype=torch.long)
-        for row, (h, i) in enumerate(zip(hidden, input_ids)):
+        for row, (h, i) in enumerate(zip(hidden, input_ids, strict=True)):
             padded[row, :len(i)] = h
             ids[row, :len(i)] = i
         return self.head.forward_batch(padded.to(self.head_device), lengths, ids.to(self.head_device),

@@ -235,52 +235,61 @@ def run_backlog(input_path: str | Path, out_path: str | Path, backend: Backend, 
     return summary
 
 
+class _Workers:
+    """What `_feed`'s workers share: the bounded queue of lines, the stop flag, the fatal errors, the tally."""
+
+    def __init__(self, concurrency: int, summary: BacklogSummary, answer: Callable[[int, bytes], dict],
+                 writer: OutputWriter, bar: Any):
+        self.work: queue.Queue = queue.Queue(maxsize=concurrency)
+        self.stop = threading.Event()
+        self.fatal: list[BaseException] = []
+        self._tally = threading.Lock()
+        self._summary, self._answer, self._writer, self._bar = summary, answer, writer, bar
+
+    def run(self) -> None:
+        """One worker: answer and write lines until the queue hands it None."""
+        while (item := self.work.get()) is not None:
+            if self.stop.is_set():
+                continue                  # drain what was queued: those lines are left for the next run
+            try:
+                record = self._answer(*item)
+                self._writer.write(record)
+            except BackendUnavailable as exc:
+                self._summary.aborted = self._summary.aborted or str(exc)
+                self.stop.set()
+                continue
+            except BaseException as exc:  # noqa: BLE001  (the output cannot be written, a bug: re-raised below)
+                self.fatal.append(exc)
+                self.stop.set()
+                continue
+            with self._tally:
+                self._summary.answered += "response" in record
+                self._summary.failed += "error" in record
+                self._bar.update(1)
+
+
 def _feed(lines: Iterator[tuple[int, bytes]], concurrency: int, summary: BacklogSummary,
           answer: Callable[[int, bytes], dict], writer: OutputWriter, bar: Any) -> None:
     """Workers take lines from a bounded queue and write their records; the first fatal error stops the feeding."""
-    work: queue.Queue = queue.Queue(maxsize=concurrency)
-    stop = threading.Event()
-    fatal: list[BaseException] = []
-    tally = threading.Lock()
-
-    def worker() -> None:
-        while (item := work.get()) is not None:
-            if stop.is_set():
-                continue                  # drain what was queued: those lines are left for the next run
-            try:
-                record = answer(*item)
-                writer.write(record)
-            except BackendUnavailable as exc:
-                summary.aborted = summary.aborted or str(exc)
-                stop.set()
-                continue
-            except BaseException as exc:  # noqa: BLE001  (the output cannot be written, a bug: re-raised below)
-                fatal.append(exc)
-                stop.set()
-                continue
-            with tally:
-                summary.answered += "response" in record
-                summary.failed += "error" in record
-                bar.update(1)
-
-    threads = [threading.Thread(target=worker, name=f"omni-batch-{i}", daemon=True) for i in range(concurrency)]
+    workers = _Workers(concurrency, summary, answer, writer, bar)
+    threads = [threading.Thread(target=workers.run, name=f"omni-batch-{i}", daemon=True) for i in range(concurrency)]
     for thread in threads:
         thread.start()
     try:
         for item in lines:
-            if stop.is_set():
+            if workers.stop.is_set():
                 break
-            work.put(item)
+            workers.work.put(item)
     except BaseException:                 # Ctrl-C: the lines in flight finish and are written, the rest wait
-        stop.set()
+        workers.stop.set()
         raise
     finally:
         for _ in threads:
-            work.put(None)
+            workers.work.put(None)
         for thread in threads:
             thread.join()
-    if fatal:
-        raise fatal[0]
+    if workers.fatal:
+        raise workers.fatal[0]
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

@@ -311,28 +311,23 @@ class MicroBatcher(Generic[T, R]):
                 p.future.set_exception(_chained(InferenceFailed(f"{self.name}: interrupted"), exc))
             raise
         run_s = time.monotonic() - dispatched_at
-        ok = 0
-        again = []
-        for p, result in zip(live, results):
-            if result is REQUEUE:
-                again.append(p)
-            elif isinstance(result, BaseException):
-                p.future.set_exception(result)
-            else:
-                p.future.set_result(result)
-                ok += 1
+        ok, again = _settle(live, results)
         if again:
-            with self._cond:
-                for p in again:
-                    p.submitted_at = time.monotonic()
-                    self._continuations.append(p)
-                self._continuations.sort(key=lambda p: p.first_submitted_at)
-                self._stats.requeued += len(again)
-                self._cond.notify_all()
+            self._requeue(again)
         report = BatchReport(size=len(live), tokens=sum(p.cost for p in live),
                              queue_wait_s=tuple(dispatched_at - p.submitted_at for p in live),
                              run_s=run_s, failed=failed_batch, expired=dropped + cancelled, requeued=len(again))
         self._record(report, ok, cancelled)
+
+    def _requeue(self, again: list[_Pending[T]]) -> None:
+        """Items with more to do go back to the continuations, oldest first, ahead of new work."""
+        with self._cond:
+            for p in again:
+                p.submitted_at = time.monotonic()
+                self._continuations.append(p)
+            self._continuations.sort(key=lambda p: p.first_submitted_at)
+            self._stats.requeued += len(again)
+            self._cond.notify_all()
 
     def _record(self, report: BatchReport, ok: int, cancelled: int) -> None:
         with self._cond:
@@ -357,6 +352,21 @@ class MicroBatcher(Generic[T, R]):
             if p.start():
                 p.future.set_exception(make_exc())
                 self._stats.failed += 1
+
+
+def _settle(live: list[_Pending[T]], results: list) -> tuple[int, list[_Pending[T]]]:
+    """Each item's future gets its result or its exception; (how many succeeded, the items to run again)."""
+    ok = 0
+    again = []
+    for p, result in zip(live, results, strict=True):
+        if result is REQUEUE:
+            again.append(p)
+        elif isinstance(result, BaseException):
+            p.future.set_exception(result)
+        else:
+            p.future.set_result(result)
+            ok += 1
+    return ok, again
 
 
 def _chained(exc: BaseException, cause: BaseException) -> BaseException:

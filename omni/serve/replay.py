@@ -149,6 +149,20 @@ def _outcome(decision: LoggedDecision, status: str, **values: Any) -> RecordRepl
 
 def _admit(decision: LoggedDecision, here: Loaded, parse: Parse, force: bool) -> RecordReplay | Admitted:
     """The record ready to run (its audit, its request, the hashes that drifted), or why it is not run."""
+    audit = _readable_audit(decision)
+    if isinstance(audit, RecordReplay):
+        return audit
+    drift = _drift(audit, here)
+    if drift and not force:
+        return _outcome(decision, "refused", drift=drift, reason=refusal(drift))
+    request = _request(decision, audit, parse, drift)
+    if isinstance(request, RecordReplay):
+        return request
+    return decision, audit, request, drift
+
+
+def _readable_audit(decision: LoggedDecision) -> AuditRecord | RecordReplay:
+    """The record's audit record, with unrounded probabilities to compare with; or why it is unreplayable."""
     wire: JSONValue = decision.audit
     if not isinstance(wire, dict):
         return _outcome(decision, "unreplayable", reason="its audit record is not an object")
@@ -162,14 +176,24 @@ def _admit(decision: LoggedDecision, here: Loaded, parse: Parse, force: bool) ->
     if not _probabilities(audit.probabilities):
         return _outcome(decision, "unreplayable", reason="its audit record's probabilities are not "
                                                          "{question: {option: number}}")
+    return audit
+
+
+def _drift(audit: AuditRecord, here: Loaded) -> dict[str, JSONValue]:
+    """The model and calibration hashes that differ between the record and the engine: what -> both hashes."""
     drift: dict[str, JSONValue] = {}
     if audit.model.sha256 != here.model_sha256:
         drift["model"] = {"logged": audit.model.sha256, "replayed": here.model_sha256}
     logged_calibration = audit.calibration.sha256 if audit.calibration is not None else None
     if logged_calibration != here.calibration_sha256:
         drift["calibration"] = {"logged": logged_calibration, "replayed": here.calibration_sha256}
-    if drift and not force:
-        return _outcome(decision, "refused", drift=drift, reason=refusal(drift))
+    return drift
+
+
+def _request(decision: LoggedDecision, audit: AuditRecord, parse: Parse,
+             drift: dict[str, JSONValue]) -> DecisionRequest | RecordReplay:
+    """The logged request read back with its stored media, as it was decided (isolation, audit, request id); or why
+    it is unreplayable."""
     hash_only = _hash_only(decision.request)
     if hash_only:
         return _outcome(decision, "unreplayable", drift=drift,
@@ -183,16 +207,21 @@ def _admit(decision: LoggedDecision, here: Loaded, parse: Parse, force: bool) ->
         request = parse(body, decision.root)
     except (OmniError, MediaError, ValueError) as exc:
         return _outcome(decision, "unreplayable", drift=drift, reason=f"its request cannot be read back: {exc}")
+    altered = _altered_media(request, audit)
+    if altered is not None:
+        return _outcome(decision, "unreplayable", drift=drift, reason=altered)
+    return dataclasses.replace(request, isolation=audit.prompt.isolation, audit=True, request_id=audit.request_id)
+
+
+def _altered_media(request: DecisionRequest, audit: AuditRecord) -> str | None:
+    """The first medium whose stored bytes are not the ones decided on, in words; None when all are."""
     logged_media = {(m.slot, m.index): m.sha256 for m in audit.media}
     for item in request.media:
         sha256 = hashlib.sha256(item.data).hexdigest()
         if logged_media.get((item.slot, item.index)) != sha256:
-            return _outcome(decision, "unreplayable", drift=drift,
-                            reason=f"{item.slot}.{item.index}: the stored bytes (sha256 {sha256}) are not the ones "
-                                   f"decided on (sha256 {logged_media.get((item.slot, item.index))})")
-    request = dataclasses.replace(request, isolation=audit.prompt.isolation, audit=True,
-                                  request_id=audit.request_id)
-    return decision, audit, request, drift
+            return (f"{item.slot}.{item.index}: the stored bytes (sha256 {sha256}) are not the ones decided on "
+                    f"(sha256 {logged_media.get((item.slot, item.index))})")
+    return None
 
 
 def _probabilities(value: JSONValue) -> bool:
@@ -236,7 +265,7 @@ def _run(engine: DecisionEngine[Any], waiting: list[Admitted], tolerance: float)
         else:
             yield _outcome(waiting[0][0], "unreplayable", drift=waiting[0][3], reason=f"the engine refused it: {exc}")
         return
-    for (logged, audit, _, drift), replayed in zip(waiting, decisions):
+    for (logged, audit, _, drift), replayed in zip(waiting, decisions, strict=True):
         assert replayed.audit is not None          # every replayed request asks for one
         yield compare(logged, audit, json.loads(json.dumps(replayed.audit.to_wire())), drift, tolerance)
 
