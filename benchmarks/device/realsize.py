@@ -85,9 +85,9 @@ class Plan:
 
 
 PLANS = {"real": Plan(), "dry": Plan(image_side=512, audio_seconds=10.0, video=(4.0, 640, 360), long_state_tokens=1500,
-                                     rounds={k: 3 for k in "abcdef"}, warmups=1),
+                                     rounds=dict.fromkeys("abcdef", 3), warmups=1),
          "smoke": Plan(state_tokens=60, image_side=128, audio_seconds=1.0, video=(1.0, 160, 96), long_state_tokens=200,
-                       long_questions=6, rounds={k: 1 for k in "abcdef"}, warmups=1)}
+                       long_questions=6, rounds=dict.fromkeys("abcdef", 1), warmups=1)}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -8,6 +8,7 @@ Knows nothing of tensors, serving or HTTP.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -85,10 +86,8 @@ def check_checkpoint_files(directory: Path) -> None:
 def release_date(directory: Path) -> str:
     """`release_date` from config.json or the head file's safetensors metadata; else the head file's date (UTC)."""
     candidates = []
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         candidates.append(json.loads((directory / "config.json").read_text()).get("release_date"))
-    except (OSError, ValueError, AttributeError):
-        pass
     head = directory / "joint_head.safetensors"
     try:
         from safetensors import safe_open

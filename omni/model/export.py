@@ -79,7 +79,7 @@ def save_thinker(backbone: Backbone, source_dir: Path, out_dir: Path) -> None:
                 state = {f"thinker.{k}": v for k, v in load_file(str(shard)).items()}
                 state = {k: v.to(dtypes.get(k, v.dtype)).contiguous() for k, v in state.items()}
                 save_file(state, str(out_dir / shard.name), metadata={"format": "pt"})
-                weight_map.update({k: shard.name for k in state})
+                weight_map.update(dict.fromkeys(state, shard.name))
             if index.is_file():
                 body = json.loads(index.read_text())
                 body["weight_map"] = weight_map

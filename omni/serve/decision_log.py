@@ -18,6 +18,7 @@ Knows nothing of HTTP, argv, the environment, the engine or the model: it sees p
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -385,10 +386,8 @@ class DecisionLog:
                 os.close(fd)
             path.unlink()
         except OSError as exc:
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
-            except OSError:
-                pass
             return problem(exc)
         return None
 

@@ -3,7 +3,7 @@ engine replica (the tiny checkpoint) deployed on a local Ray instance. tests/uni
 the same suite against the local `DecisionEngine`."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -32,11 +32,11 @@ def engine_handle(ray_instance, tiny_dir):
 
 
 @pytest.fixture
-def make_engine(engine_handle) -> Iterator[Callable[[], ServingEngine]]:
+def make_engine(engine_handle) -> Callable[[], ServingEngine]:
     def make() -> ServingEngine:
         # started on a thread without an event loop, as the gateway does (its app loads the engine in a thread):
         # Ray refuses blocking calls on a thread whose loop runs, and a full test run keeps one on the main thread
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(lambda: RemoteEngine(engine_handle).start()).result(timeout=300)
 
-    yield make
+    return make

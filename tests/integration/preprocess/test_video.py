@@ -307,7 +307,7 @@ def test_encode_videos_tensors(image_processor):
     assert tensors["pixel_values_videos"].shape == (2 * 2 * 20 * 28, 1536)
     assert tensors["pixel_values_videos"].dtype == torch.uint8      # normalised on the model's device, 4x smaller
     on_device = media_on_device(tensors, "cpu", torch.float32)["pixel_values_videos"]
-    assert -1.0 <= on_device.min().item() and on_device.max().item() <= 1.0
+    assert on_device.min().item() >= -1.0 and on_device.max().item() <= 1.0
     assert torch.equal(on_device, normalize_patches(tensors["pixel_values_videos"], image_processor))
     assert torch.equal(on_device, (tensors["pixel_values_videos"].float() - 127.5) / 127.5)   # the reference's fused map
     assert tensors["video_grid_thw"].tolist() == [[2, 20, 28]] * 2

@@ -8,10 +8,13 @@ from omni.contract.config import EngineConfig
 from omni.contract.errors import ContextTooLong
 from omni.contract.request import parse_request
 from omni.serve.engine import DecisionEngine, text_chars
+from preprocess.errors import CorruptMedia
 
 QUESTIONS = {"ok": {"type": "noul", "instructions": "Fine?"},
              "team": {"type": "choice", "criteria": {"hvac": "Heating", "power": None}}}
 WAIT_S = 60
+FAILURES = {"corrupt image": (CorruptMedia, r"images\[0\]: the png header cannot be read"),
+            "context too long": (ContextTooLong, "maximum context length is 2000")}
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +113,9 @@ def test_a_lone_request_never_waits_for_company(patient_engine, kind):
         data = image_bytes("PNG")[:40] if kind == "corrupt image" else image_bytes("PNG")
         body["images"] = ["data:image/png;base64," + base64.b64encode(data).decode()]
     future = patient_engine.submit(parse_request(body, patient_engine.config))
-    if kind in ("corrupt image", "context too long"):
-        with pytest.raises(Exception) as failure:
+    if kind in FAILURES:
+        error, message = FAILURES[kind]
+        with pytest.raises(error, match=message) as failure:
             future.result(WAIT_S)
         assert not isinstance(failure.value, TimeoutError)
     else:

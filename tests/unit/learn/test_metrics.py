@@ -98,9 +98,9 @@ def test_summary_and_bad_shapes():
     # by confidence: 0.9 ok, 0.8 ok, 0.7 ok, 0.6 wrong → cut at 0.7 keeps three of four
     assert summary["precision_threshold"]["threshold"] == pytest.approx(0.7)
     assert summary["precision_threshold"]["coverage"] == pytest.approx(0.75)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"expected probabilities \[N, K\] and labels \[N\]"):
         metrics.accuracy(P4, [0, 1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a label is outside the probability columns"):
         metrics.accuracy(P4, [0, 1, 2, 0])
 
 

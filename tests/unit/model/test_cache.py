@@ -23,7 +23,7 @@ def test_a_value_larger_than_the_budget_is_refused_and_a_zero_budget_keeps_nothi
     assert not cache.put("big", 1, 11) and "big" not in cache and cache.stats().refused == 1
     off = ByteLRU(0)
     assert not off.enabled and not off.put("x", 1, 1) and off.get("x") is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="budget_bytes must be >= 0, got -1"):
         ByteLRU(-1)
 
 

@@ -68,7 +68,7 @@ def test_queues_order_by_lowest_confidence_or_by_distance_to_the_threshold(kept)
     assert by_confidence == [keys["unsure"], keys["middling"], keys["sure"]]
     near = [item["key"] for item in queues.items("kept", order="threshold", threshold=0.8)]
     assert near == [keys["middling"], keys["sure"], keys["unsure"]]      # confidences 0.8, 0.85, 0.55
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="order must be one of"):
         queues.items("kept", order="random")
 
 
