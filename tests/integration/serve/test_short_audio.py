@@ -69,8 +69,8 @@ def test_one_frame_clips_alone_are_one_audio_token(tiny_engine, samples):
     assert decide(tiny_engine, audio=[clip(samples)])["x_usage"]["audio"] == 1
 
 
-@pytest.mark.parametrize("samples, words", [(159, "9.9 ms of audio (159 samples at 16 kHz)"),
-                                            (100, "6.2 ms of audio (100 samples at 16 kHz)")])
+@pytest.mark.parametrize(("samples", "words"), [(159, "9.9 ms of audio (159 samples at 16 kHz)"),
+                                                (100, "6.2 ms of audio (100 samples at 16 kHz)")])
 def test_under_160_samples_alone_is_refused_with_the_minimum(tiny_engine, samples, words):
     with pytest.raises(CorruptMedia) as info:
         decide(tiny_engine, audio=[clip(samples)])

@@ -50,9 +50,9 @@ def test_mixed_with_data_urls_and_clef_objects_in_one_list_each_keeps_its_place(
         ("images", 3, JPEG, "image/jpeg")]
 
 
-@pytest.mark.parametrize("extra, declared", [({}, None), ({"media_type": None}, None), ({"media_type": ""}, None),
-                                             ({"media_type": "image/webp"}, "image/webp"),
-                                             ({"media_type": "not even a type"}, "not even a type")])
+@pytest.mark.parametrize(("extra", "declared"), [({}, None), ({"media_type": None}, None), ({"media_type": ""}, None),
+                                                 ({"media_type": "image/webp"}, "image/webp"),
+                                                 ({"media_type": "not even a type"}, "not even a type")])
 def test_media_type_is_optional_and_only_reported(extra, declared):
     """Like every declared type it is never trusted: the format is sniffed from the bytes later."""
     assert media_of(body(images=[{"data": B64, **extra}])) == [("images", 0, PNG, declared, None)]
@@ -75,7 +75,7 @@ def test_whitespace_in_the_base64_is_ignored_as_in_every_other_form():
     assert media_of(body(images=[{"data": f" {wrapped}\n"}]))[0][2] == PNG
 
 
-@pytest.mark.parametrize("item, loc, kind, words", [
+@pytest.mark.parametrize(("item", "loc", "kind", "words"), [
     ({"media_type": "image/png"}, ("images", 1, "data"), "missing", "Field required"),
     ({"data": None}, ("images", 1, "data"), "string_type", "data must be a base64 string, not null"),
     ({"data": 42}, ("images", 1, "data"), "string_type", "not a number"),

@@ -9,12 +9,12 @@ from omni.contract.errors import ConfigError
 from preprocess.media import MediaLimits
 
 
-@pytest.mark.parametrize("field, value", [("max_batch_records", 0), ("max_queue", 0), ("decode_threads", 0),
-                                          ("decode_threads", 65),
-                                          ("max_context_tokens", 0), ("max_choice_options", 1),
-                                          ("max_score_levels", 1), ("max_wait_ms", -1.0), ("torch_threads", -1),
-                                          ("request_timeout_s", 0.0), ("confidence", "vibes"), ("dtype", "int8"),
-                                          ("head_dtype", "auto")])
+@pytest.mark.parametrize(("field", "value"), [("max_batch_records", 0), ("max_queue", 0), ("decode_threads", 0),
+                                              ("decode_threads", 65),
+                                              ("max_context_tokens", 0), ("max_choice_options", 1),
+                                              ("max_score_levels", 1), ("max_wait_ms", -1.0), ("torch_threads", -1),
+                                              ("request_timeout_s", 0.0), ("confidence", "vibes"), ("dtype", "int8"),
+                                              ("head_dtype", "auto")])
 def test_engine_config_refuses_out_of_range_values_naming_the_field(field, value):
     with pytest.raises(ConfigError, match=field):
         EngineConfig(**{field: value})

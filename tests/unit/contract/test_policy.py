@@ -41,7 +41,7 @@ def score(probabilities: list[float]) -> dict:
             "probabilities": {str(i): p for i, p in enumerate(probabilities)}, "confidence": max(probabilities)}
 
 
-@pytest.fixture()
+@pytest.fixture
 def policy():
     return parse_policy(ISSUE_EXAMPLE, "inspection.toml")
 
@@ -53,7 +53,7 @@ def test_the_issues_example_reads_and_is_versioned_by_its_bytes(policy):
         "severity": ("score", 0.9, (2,))}
 
 
-@pytest.mark.parametrize("p, outcome", [
+@pytest.mark.parametrize(("p", "outcome"), [
     (0.05, "act"),         # answer false, confidence 0.95: at the bar, automatic, false acts
     (0.0501, "review"),    # confidence 0.9499: just below
     (0.04, "act"),         # just above
@@ -68,7 +68,7 @@ def test_noul_at_just_below_and_above_the_bar(policy, p, outcome):
     assert question.confidence == pytest.approx(max(p, 1 - p)) and question.auto_at == 0.95
 
 
-@pytest.mark.parametrize("probabilities, outcome", [
+@pytest.mark.parametrize(("probabilities", "outcome"), [
     ({"ship": 0.05, "rework": 0.9, "scrap": 0.05}, "act"),
     ({"ship": 0.9, "rework": 0.05, "scrap": 0.05}, "pass"),
     ({"ship": 0.05, "rework": 0.8999, "scrap": 0.1001}, "review"),
@@ -78,7 +78,7 @@ def test_choice_at_and_around_the_bar(policy, probabilities, outcome):
     assert decide_outcome(policy, {"next_step": choice(probabilities)}).questions["next_step"].outcome == outcome
 
 
-@pytest.mark.parametrize("probabilities, answer, outcome", [
+@pytest.mark.parametrize(("probabilities", "answer", "outcome"), [
     ([0.05, 0.05, 0.9], 2, "act"), ([0.9, 0.05, 0.05], 0, "pass"), ([0.0501, 0.05, 0.8999], 2, "review"),
     ([0.1, 0.9, 0.0], 1, "pass"), ([0.45, 0.45, 0.1], 0, "review"),        # a tie: the first level
 ])
@@ -131,7 +131,7 @@ def test_a_rule_that_cannot_fit_the_question_sends_it_to_review_with_the_reason(
         {"question": "label_visible", "answer": False, "confidence": pytest.approx(0.7), "auto_at": 0.95}]
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     (b'[questions.a]\nauto_at = 0.9\n', r"^p\.toml: version: required"),
     (b'version = "v"\n', r"names no question and has no \[default\]"),
     (b'version = "v"\n[questions.a]\nact_on = [true]\n', r"questions\.a\.auto_at \(line 2\): required"),
@@ -168,7 +168,7 @@ def test_read_answer_for_each_type():
     assert read_answer(noul(0.3)) == (False, pytest.approx(0.7))
     assert read_answer(choice({"a": 0.2, "b": 0.8})) == ("b", 0.8)
     assert read_answer(score([0.1, 0.2, 0.7])) == (2, 0.7)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a System One answer: type 'rank'"):
         read_answer({"type": "rank"})
 
 

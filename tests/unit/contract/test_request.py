@@ -202,9 +202,9 @@ def test_media_field_must_be_list():
     assert issues_of(body(videos="data:video/mp4;base64,AAAA"))[0][0] == ("videos",)
 
 
-@pytest.mark.parametrize("raw, fragment", [(b"", "Expecting value"), (b"\xff", "not UTF-8"),
-                                           (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
-                                           (b"9" * 5000, "4300 digits")])
+@pytest.mark.parametrize(("raw", "fragment"), [(b"", "Expecting value"), (b"\xff", "not UTF-8"),
+                                               (b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+                                               (b"9" * 5000, "4300 digits")])
 def test_load_json_turns_every_unreadable_document_into_json_invalid(raw, fragment):
     from omni.contract.json_values import load_json
 

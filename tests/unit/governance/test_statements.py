@@ -111,7 +111,7 @@ def test_an_unreadable_file_is_a_map_error_the_cli_reports(tmp_path):
     assert isinstance(caught.value, OmniError)                          # `omni` prints it and exits 2
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("[defautls]\n" + RULE,
      r"^map.toml: defautls: unknown key \(did you mean defaults\?\); the map takes defaults, rules"),
     (BASE, r"rules: at least one \[\[rules\]\] table is required"),
@@ -138,7 +138,7 @@ def test_a_bad_key_or_value_names_its_key_path_and_what_is_allowed(text, expecte
     assert re.search(expected, refused(text))
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     (BASE.replace('category = "STATEMENT_CATEGORY_ILLEGAL_OR_HARMFUL_SPEECH"', "") + RULE,
      r"rules\[0\]\.category: required by the database; set it in the rule or in \[defaults\]"),
     (BASE + RULE.replace('decision_visibility = ["DECISION_VISIBILITY_CONTENT_REMOVED"]', ""),
@@ -165,7 +165,7 @@ def test_the_databases_rules_between_fields_are_checked_on_each_rule(text, expec
     assert re.search(expected, refused(text))
 
 
-@pytest.mark.parametrize("when, expected", [
+@pytest.mark.parametrize(("when", "expected"), [
     ('{answer = true}', r"rules\[0\]\.when\.question: missing"),
     ('{question = "hateful"}', r"rules\[0\]\.when: give either answer .* or score_at_least"),
     ('{question = "severity", answer = 2, score_at_least = 1.5}', r"rules\[0\]\.when: give either answer"),
@@ -192,7 +192,7 @@ def rule_of(when: str) -> str:
     return BASE + RULE.replace('{question = "hateful", answer = true}', when)
 
 
-@pytest.mark.parametrize("when, record, selected", [
+@pytest.mark.parametrize(("when", "record", "selected"), [
     ('{question = "hateful", answer = true}', logged(hateful=0.6), True),          # the model's top answer
     ('{question = "hateful", answer = true}', logged(hateful=0.4), False),
     ('{question = "hateful", answer = true, at_least = 0.9}', logged(hateful=0.6), False),
@@ -236,7 +236,7 @@ def test_a_reviewers_label_prevails_over_the_model():
 
 
 # ---------------------------------------------------------------------------------------------- questions the log lacks
-@pytest.mark.parametrize("when, expected", [
+@pytest.mark.parametrize(("when", "expected"), [
     ('{question = "hatefull", answer = true}', r"rules\[0\]\.when: no logged decision asks a noul question 'hatefull'"),
     ('{question = "action", answer = "delete"}',
      r"rules\[0\]\.when: no logged decision asks a choice question 'action' with the option 'delete'"),
@@ -297,7 +297,7 @@ def test_detection_is_automated_unless_the_map_says_otherwise():
     assert statement_for(logged(), None, loaded(notice).rules[0])["automated_detection"] == "No"
 
 
-@pytest.mark.parametrize("decided_at, day", [
+@pytest.mark.parametrize(("decided_at", "day"), [
     ("2026-12-02T05:00:00.123456Z", "2026-12-02"),
     ("2026-12-02T23:30:00+00:00", "2026-12-02"),
     ("2026-12-03T01:30:00+02:00", "2026-12-02"),           # the UTC date
@@ -307,7 +307,7 @@ def test_the_application_date_is_the_utc_date_of_the_decision(decided_at, day):
     assert application_date(decided_at) == day
 
 
-@pytest.mark.parametrize("decided_at, expected", [
+@pytest.mark.parametrize(("decided_at", "expected"), [
     ("yesterday", "not an ISO 8601 time"), (None, "not an ISO 8601 time"),
     ("2019-12-31T12:00:00Z", "the database takes application dates 2020-01-01..2038-01-01"),
 ])

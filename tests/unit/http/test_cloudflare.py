@@ -39,8 +39,8 @@ def test_the_answer_is_the_systemone_answer_in_cloudflares_envelope():
     assert {"parse", "queue", "forward", "total"} <= set(stages)
 
 
-@pytest.mark.parametrize("path_model, body_model", [("clef-omni", {}), ("clef-omni", {"model": "  clef-omni "}),
-                                                     ("clef", {"model": "clef"}), ("clef", {"model": None})])
+@pytest.mark.parametrize(("path_model", "body_model"), [("clef-omni", {}), ("clef-omni", {"model": "  clef-omni "}),
+                                                        ("clef", {"model": "clef"}), ("clef", {"model": None})])
 def test_a_body_model_that_agrees_with_the_route_or_none_is_accepted(path_model, body_model):
     b = {**{k: v for k, v in body().items() if k != "model"}, **body_model}
     with served(served_name="house-model") as (client, _):

@@ -48,12 +48,14 @@ def test_validation_errors_are_422_with_fastapi_detail():
 Q = b'"questions": {"q": {"type": "noul"}}'
 
 
-@pytest.mark.parametrize("raw, kind", [(b"{not json", "json_invalid"), (b"[1, 2]", "model_attributes_type"),
-                                       (b"\xff\xfe", "json_invalid"), (b"", "json_invalid"),
-                                       (b'{"state": ' + b"[" * 5000 + b"]" * 5000 + b", " + Q + b"}", "json_invalid"),
-                                       (b'{"state": {"n": ' + b"9" * 5000 + b"}, " + Q + b"}", "json_invalid"),
-                                       (b'{"state": "\\ud800", ' + Q + b"}", "value_error"),
-                                       (b'{"state": ' + b"[" * 100 + b"]" * 100 + b", " + Q + b"}", "value_error")])
+@pytest.mark.parametrize(("raw", "kind"), [
+    (b"{not json", "json_invalid"), (b"[1, 2]", "model_attributes_type"),
+    (b"\xff\xfe", "json_invalid"), (b"", "json_invalid"),
+    (b'{"state": ' + b"[" * 5000 + b"]" * 5000 + b", " + Q + b"}", "json_invalid"),
+    (b'{"state": {"n": ' + b"9" * 5000 + b"}, " + Q + b"}", "json_invalid"),
+    (b'{"state": "\\ud800", ' + Q + b"}", "value_error"),
+    (b'{"state": ' + b"[" * 100 + b"]" * 100 + b", " + Q + b"}", "value_error")
+])
 def test_unparseable_bodies_are_422(raw, kind):
     with served() as (client, _):
         issues = field_error(client.post("/v1/systemone", content=raw,
@@ -339,7 +341,7 @@ def test_avriks_envelope_adds_its_error_object_with_its_codes_and_keeps_ours():
         "message"] == "questions.q: bad"
 
 
-@pytest.mark.parametrize("content, headers", [
+@pytest.mark.parametrize(("content", "headers"), [
     (b"\x28\xb5\x2f\xfd garbage", {"Content-Type": "application/json", "Content-Encoding": "zstd"}),
     (b"\x1f\x8b garbage", {"Content-Type": "application/json", "Content-Encoding": "gzip"}),
     (b"--x\r\nnot a header\r\n\r\n", {"Content-Type": "multipart/form-data; boundary=y"})])

@@ -38,7 +38,7 @@ def write_policy(path: Path, version: str = "v1", ok_at: float = 0.5) -> Path:
     return path
 
 
-@pytest.fixture()
+@pytest.fixture
 def policy_file(tmp_path) -> Path:
     return write_policy(tmp_path / "policy.toml")
 
@@ -258,7 +258,7 @@ def test_outcome_metrics_name_the_policys_questions_and_share_a_label_for_the_re
     assert 'question="team"' not in metrics
 
 
-@pytest.mark.parametrize("values, error, message", [
+@pytest.mark.parametrize(("values", "error", "message"), [
     ({"policy": "MISSING"}, PolicyError, "cannot read the policy"),
     ({"webhook": "http://127.0.0.1:9/h", "webhook_secret": SECRET}, SettingsError, "webhook needs policy"),
     ({"webhook": "ftp://x/h", "webhook_secret": SECRET, "policy": "P"}, SettingsError, "http:// or https://"),

@@ -128,9 +128,9 @@ def test_without_keys_the_header_names_the_reviewer_and_everyone_is_admin(tmp_pa
         assert client.get("/v1/review/queues", headers={"X-Omni-Reviewer": "ada"}).status_code == 200
 
 
-@pytest.mark.parametrize("value, says", [("", "1..64 characters, got 0"), ("x" * 65, "1..64 characters, got 65"),
-                                         ("ada%0Abob", "control characters"), ("ada\tbob", "control characters"),
-                                         (" ada", "start or end with whitespace"), ("%FF", "UTF-8")])
+@pytest.mark.parametrize(("value", "says"), [("", "1..64 characters, got 0"), ("x" * 65, "1..64 characters, got 65"),
+                                             ("ada%0Abob", "control characters"), ("ada\tbob", "control characters"),
+                                             (" ada", "start or end with whitespace"), ("%FF", "UTF-8")])
 def test_a_bad_reviewer_header_is_422_naming_the_header_and_the_limit(value, says, tmp_path):
     with served(review_dir=str(tmp_path / "rv")) as (client, _):
         for path in ("/v1/whoami", "/v1/review/queues"):

@@ -67,12 +67,12 @@ def test_a_keys_file_names_its_callers_and_their_roles(tmp_path):
     assert "k-root" not in repr(s)   # keys stay out of logs
 
 
-@pytest.mark.parametrize("lines, says", [("k-1 ada\nk-2 bob boss\n", "line 2: unknown role 'boss'"),
-                                         ("k-1\n# c\n\nk-1 ada\n", "line 4: the key of line 1 again"),
-                                         ("k-1 " + "n" * 65 + "\n", "line 1: name 'n+' must be 1..64 characters"),
-                                         ("k-1 ad\x01a reviewer\n", "line 1: .*control characters"),
-                                         ("k-1 ada reviewer extra\n", "line 1: expected KEY"),
-                                         ("k-1\n\xff\n", "cannot read")])
+@pytest.mark.parametrize(("lines", "says"), [("k-1 ada\nk-2 bob boss\n", "line 2: unknown role 'boss'"),
+                                             ("k-1\n# c\n\nk-1 ada\n", "line 4: the key of line 1 again"),
+                                             ("k-1 " + "n" * 65 + "\n", "line 1: name 'n+' must be 1..64 characters"),
+                                             ("k-1 ad\x01a reviewer\n", "line 1: .*control characters"),
+                                             ("k-1 ada reviewer extra\n", "line 1: expected KEY"),
+                                             ("k-1\n\xff\n", "cannot read")])
 def test_a_bad_keys_file_line_is_refused_naming_the_file_and_line(tmp_path, lines, says):
     keys = tmp_path / "team.keys"
     keys.write_bytes(lines.encode("latin-1"))
@@ -103,9 +103,10 @@ def test_list_flags_may_be_repeated_and_comma_separated():
     assert _joined(None, []) is None
 
 
-@pytest.mark.parametrize("env, needle", [({"OMNI_PORT": "http"}, "OMNI_PORT"), ({"OMNI_MAX_QUEUE": "0"}, "max_queue"),
-                                         ({"OMNI_CONFIDENCE": "vibes"}, "confidence"),
-                                         ({"OMNI_MAX_BODY_BYTES": "12"}, "max_body_bytes")])
+@pytest.mark.parametrize(("env", "needle"), [({"OMNI_PORT": "http"}, "OMNI_PORT"),
+                                             ({"OMNI_MAX_QUEUE": "0"}, "max_queue"),
+                                             ({"OMNI_CONFIDENCE": "vibes"}, "confidence"),
+                                             ({"OMNI_MAX_BODY_BYTES": "12"}, "max_body_bytes")])
 def test_bad_values_are_refused_with_their_name(env, needle):
     with pytest.raises(SettingsError, match=needle):
         Settings.from_env(env)

@@ -148,8 +148,8 @@ def test_the_last_record_of_a_line_wins(tmp_path):
     assert answered_lines(out) == {3}                  # line 5 is retried by the next run
 
 
-@pytest.mark.parametrize("status, retried", [(400, False), (404, False), (413, False), (415, False), (422, False),
-                                             (408, True), (429, True), (500, True), (503, True), (504, True)])
+@pytest.mark.parametrize(("status", "retried"), [(400, False), (404, False), (413, False), (415, False), (422, False),
+                                                 (408, True), (429, True), (500, True), (503, True), (504, True)])
 def test_a_rerun_retries_only_what_can_succeed_on_a_retry(engine, tmp_path, status, retried):
     """Issue 22, bug 15: every failed line was tried again and appended a new record, also a line wrong in itself."""
     source = write_lines(tmp_path / "in.jsonl", line("one"), line("two"))

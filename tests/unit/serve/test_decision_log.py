@@ -300,7 +300,7 @@ def test_an_unwritable_directory_is_refused_at_open(tmp_path, tiny_filesystem):
     assert str(directory / "log") in str(caught.value)
 
 
-@pytest.mark.parametrize("code, words", [(errno.EACCES, "is not writable"), (errno.ENOSPC, "is full")])
+@pytest.mark.parametrize(("code", "words"), [(errno.EACCES, "is not writable"), (errno.ENOSPC, "is full")])
 def test_a_failed_probe_write_is_refused_at_open_with_its_cause(tmp_path, code, words):
     def failing(fd: int, data: bytes) -> int:
         raise OSError(code, os.strerror(code))
@@ -310,12 +310,17 @@ def test_a_failed_probe_write_is_refused_at_open_with_its_cause(tmp_path, code, 
     assert not [p for p in (tmp_path / "log").rglob("*") if p.is_file()]       # the probe file is gone
 
 
+def fill(fd: int) -> None:
+    """Write zeros to `fd` until its filesystem refuses (OSError)."""
+    while True:
+        os.write(fd, b"\0" * 4096)
+
+
 def test_a_full_filesystem_is_refused_at_open(tiny_filesystem):
     directory = tiny_filesystem()
     fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT)
     with pytest.raises(OSError, match="No space"):
-        while True:
-            os.write(fd, b"\0" * 4096)
+        fill(fd)
     os.close(fd)
     with pytest.raises(DecisionLogError, match="is full"):
         DecisionLog(directory / "log").open()
