@@ -171,6 +171,8 @@ class _FrameSampler:
         self.expected_frames = min(expected_frames, self.max_kept)
         self.writer: PatchWriter | None = None     # made on the first frame, when the size is known
         self.helper: SideThread | None = None      # set: kept frames are scaled there or, when it is behind, here
+        rate = stream.time_base
+        self._time_base = (rate.numerator, rate.denominator) if rate else None   # the packets' and frames' unit
         self._scalers = threading.local()          # one FrameScaler per thread (its swscale context is not shared)
         self.kept = 0
         self.times_s: list[float] = []    # the time of each kept frame on the rule's clock
@@ -261,12 +263,24 @@ class _FrameSampler:
         self.kept += 1
         self.times_s.append(time_s)
 
+    def too_many_decoded(self) -> MediaTooLarge:
+        return MediaTooLarge(self.item, f"more than {self.max_decoded - 1} frames decoded, over max_video_seconds="
+                                        f"{self.limits.max_video_seconds:g} x max_video_source_fps="
+                                        f"{self.limits.max_video_source_fps:g}")
+
+    def never_kept(self, pts: int | None) -> bool:
+        """True when the frame of a packet with timestamp `pts` cannot be kept whatever is decoded before it: under
+        the reference rule, a time (computed as `frame.time` is) before the next tick, which only moves on; the
+        nearest rule cannot tell."""
+        if self.policy.frame_rule != "reference" or pts is None or self._time_base is None:
+            return False
+        numerator, denominator = self._time_base
+        return float(pts) * numerator / denominator + _TIME_EPS_S < self.kept / self.policy.fps
+
     def add(self, frame: av.VideoFrame) -> None:
         self.decoded += 1
         if self.decoded > self.max_decoded:
-            raise MediaTooLarge(self.item, f"more than {self.max_decoded - 1} frames decoded, over max_video_seconds="
-                                            f"{self.limits.max_video_seconds:g} x max_video_source_fps="
-                                            f"{self.limits.max_video_source_fps:g}")
+            raise self.too_many_decoded()
         if self.size is None:
             self._setup(frame)
         time_s = self._time_s(frame)
@@ -368,38 +382,64 @@ class _Packets:
                 self.soundtrack.add(frame)
 
 
-def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
-           audio: av.audio.stream.AudioStream | None, sampler: _FrameSampler, soundtrack: _Soundtrack | None,
-           helper: SideThread | None = None) -> int:
-    """One pass over both streams; returns how many packets failed to decode (and were skipped). With a helper, the
-    soundtrack is decoded there (and the sampler scales its frames there), concurrently with the picture here."""
-    bad_packets = 0
-    audio_packets = _Packets(soundtrack) if soundtrack is not None else None
-    waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
-    for packet in container.demux(*[s for s in (video, audio) if s is not None]):
-        if packet.stream.type == "audio":
-            if audio_packets is not None and helper is not None:
-                waiting.append(packet)
-                if len(waiting) >= _AUDIO_PACKETS_PER_JOB:
-                    helper.submit(partial(audio_packets, waiting))
-                    waiting = []
-            elif audio_packets is not None:
-                audio_packets([packet])
-            continue
+# Decoders that drop a frame no other frame refers to, unseen, when `skip_frame` is "NONREF" (the B-frames of a
+# High-profile stream, most of its frames); the setting is read for the packet sent next (with frame threads too:
+# FFmpeg copies it to the thread that takes the packet), and the other frames come out the same.
+_SKIPS_UNREFERENCED = frozenset({"h264", "hevc"})
+
+
+class _Pictures:
+    """Decodes the picture's packets and feeds its frames to the sampler. An H.264/HEVC packet whose frame the
+    sampler will never keep is sent with `skip_frame="NONREF"`: if no other frame refers to it, it is not decoded at
+    all (a frame others refer to is decoded as ever, then dropped by the rule). Counts the packets that fail to
+    decode (skipped) and bounds the packets as the sampler bounds the frames."""
+
+    def __init__(self, video: av.video.stream.VideoStream, sampler: _FrameSampler) -> None:
+        self.context, self.sampler = video.codec_context, sampler
+        self.skips = self.context.name in _SKIPS_UNREFERENCED
+        self.skipping = False
+        self.packets = self.bad = 0
+
+    def __call__(self, packet: av.Packet) -> None:
+        self.packets += 1
+        if self.packets > self.sampler.max_decoded:
+            raise self.sampler.too_many_decoded()
+        if self.skips and self.sampler.never_kept(packet.pts) != self.skipping:
+            self.skipping = not self.skipping
+            self.context.skip_frame = "NONREF" if self.skipping else "DEFAULT"
         try:
             frames = packet.decode()
         except av.error.InvalidDataError:
-            bad_packets += 1
-            continue
+            self.bad += 1
+            return
         for frame in frames:
             if isinstance(frame, av.VideoFrame):        # a frame of `video`
-                sampler.add(frame)
-    sampler.flush()
+                self.sampler.add(frame)
+
+
+def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
+           audio: av.audio.stream.AudioStream | None, pictures: _Pictures, soundtrack: _Soundtrack | None,
+           helper: SideThread | None = None) -> int:
+    """One pass over both streams; returns how many packets failed to decode (and were skipped). With a helper, the
+    soundtrack is decoded there (and the sampler scales its frames there), concurrently with the picture here."""
+    audio_packets = _Packets(soundtrack) if soundtrack is not None else None
+    waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
+    for packet in container.demux(*[s for s in (video, audio) if s is not None]):
+        if packet.stream.type != "audio":
+            pictures(packet)
+        elif audio_packets is not None and helper is None:
+            audio_packets([packet])
+        elif audio_packets is not None and helper is not None:
+            waiting.append(packet)
+            if len(waiting) >= _AUDIO_PACKETS_PER_JOB:
+                helper.submit(partial(audio_packets, waiting))
+                waiting = []
+    pictures.sampler.flush()
     if helper is not None:
         if waiting and audio_packets is not None:
             helper.submit(partial(audio_packets, waiting))
         helper.finish()
-    return bad_packets + (audio_packets.bad if audio_packets is not None else 0)
+    return pictures.bad + (audio_packets.bad if audio_packets is not None else 0)
 
 
 def _set_threads(video: av.video.stream.VideoStream, threads: int) -> None:
@@ -434,7 +474,7 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
         soundtrack = _Soundtrack(item, limits) if audio is not None else None
         sampler.helper = helper = SideThread() if threads > 1 else None
         try:
-            bad_packets = _demux(container, video, audio, sampler, soundtrack, helper)
+            bad_packets = _demux(container, video, audio, _Pictures(video, sampler), soundtrack, helper)
             align_to_s = (sampler.origin_s or 0.0) if policy.frame_rule == "nearest" else None
             samples = soundtrack.finish(align_to_s) if soundtrack is not None else None
         except MediaError:

@@ -12,6 +12,7 @@ import av
 import numpy as np
 import pytest
 
+import preprocess.video as video_module
 from fixtures import media as fm
 from preprocess.errors import MediaTooLarge
 from preprocess.loader import load_processor_parts
@@ -75,6 +76,12 @@ CLIPS = {
     "audio_before_picture": lambda: fm.video_bytes(start_seconds=1.0, audio_start_seconds=0.0),
     "webm_starts_at_0_7_s": lambda: fm.video_bytes("webm", "libvpx-vp9", "libopus", start_seconds=0.7),
 }
+
+
+def high_profile_clip() -> bytes:
+    """libx264's defaults (High profile) on a panning scene: B-frames, most of them referred to by no other frame
+    (the scene carries no readable index: its frames are told apart by their times)."""
+    return fm.video_bytes(seconds=3.0, width=320, height=180, x264_defaults=True, picture=fm.scene)
 
 
 @pytest.mark.parametrize("name", sorted(CLIPS))
@@ -149,3 +156,23 @@ def test_the_policy_names_its_rules():
     assert REFERENCE_FRAMES.frame_rule == "reference" and REFERENCE_FRAMES.fps == 2.0
     with pytest.raises(ValueError, match="frame_rule must be one of reference, nearest"):
         VideoFramePolicy(frame_rule="closest")  # type: ignore[arg-type]
+
+
+def test_a_high_profile_clip_keeps_the_reference_s_frames_without_decoding_the_b_frames_it_never_keeps(monkeypatch):
+    data = high_profile_clip()
+    with av.open(io.BytesIO(data)) as container:
+        types = [av.video.frame.PictureType(frame.pict_type) for frame in container.decode(video=0)]
+    assert types.count(av.video.frame.PictureType.B) > len(types) // 2      # what the clip is for
+    decoded: list[int] = []
+    add = video_module._FrameSampler.add
+    monkeypatch.setattr(video_module._FrameSampler, "add", lambda self, frame: (decoded.append(1), add(self, frame)))
+    for threads in (1, 2):
+        decoded.clear()
+        video = decode_video(media_item("videos", data), threads=threads)
+        assert video.frame_times_s == pytest.approx(reference_frames(data)[1], abs=1e-6)
+        assert len(decoded) < len(types) * 2 // 3                # the B-frames between ticks were never decoded
+    monkeypatch.setattr(video_module, "_SKIPS_UNREFERENCED", frozenset())
+    decoded.clear()
+    every_frame = decode_video(media_item("videos", data), threads=2)
+    assert len(decoded) == len(types)
+    assert np.array_equal(every_frame.patches, video.patches) and every_frame.frame_times_s == video.frame_times_s
