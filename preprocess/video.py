@@ -385,7 +385,7 @@ class _Packets:
 # Decoders that drop a frame no other frame refers to, unseen, when `skip_frame` is "NONREF" (the B-frames of a
 # High-profile stream, most of its frames); the setting is read for the packet sent next (with frame threads too:
 # FFmpeg copies it to the thread that takes the packet), and the other frames come out the same.
-_SKIPS_UNREFERENCED = frozenset({"h264", "hevc"})
+SKIP_UNREFERENCED_CODECS = frozenset({"h264", "hevc"})
 
 
 class _Pictures:
@@ -396,7 +396,7 @@ class _Pictures:
 
     def __init__(self, video: av.video.stream.VideoStream, sampler: _FrameSampler) -> None:
         self.context, self.sampler = video.codec_context, sampler
-        self.skips = self.context.name in _SKIPS_UNREFERENCED
+        self.skips = self.context.name in SKIP_UNREFERENCED_CODECS
         self.skipping = False
         self.packets = self.bad = 0
 

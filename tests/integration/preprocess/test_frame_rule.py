@@ -171,7 +171,7 @@ def test_a_high_profile_clip_keeps_the_reference_s_frames_without_decoding_the_b
         video = decode_video(media_item("videos", data), threads=threads)
         assert video.frame_times_s == pytest.approx(reference_frames(data)[1], abs=1e-6)
         assert len(decoded) < len(types) * 2 // 3                # the B-frames between ticks were never decoded
-    monkeypatch.setattr(video_module, "_SKIPS_UNREFERENCED", frozenset())
+    monkeypatch.setattr(video_module, "SKIP_UNREFERENCED_CODECS", frozenset())
     decoded.clear()
     every_frame = decode_video(media_item("videos", data), threads=2)
     assert len(decoded) == len(types)
