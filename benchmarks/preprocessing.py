@@ -1,11 +1,19 @@
-"""preprocessing ("media at speed"): bytes -> model inputs for three synthetic 21 s clips, against the decoder floor.
+"""preprocessing ("media at speed"): bytes -> model inputs for four synthetic 21 s clips, against the decoder floor.
 
-Clips (made here with PyAV, `fixtures.media.video_bytes`: the moving-index test pattern, 25 fps, 48 kHz stereo):
-`720p` 1280x720 H.264 + AAC (the clip of issue 24 and of every earlier run), `1080p` 1920x1080 H.264 + AAC, `webm`
-1280x720 VP9 + Opus. Per clip, each round times, interleaved so that load from other processes hits all alike:
+Clips (made here with PyAV, `fixtures.media.video_bytes`, 25 fps, 48 kHz stereo): `720p` 1280x720 H.264 + AAC (the
+clip of issue 24 and of every earlier run: the moving-index test pattern, libx264 "ultrafast": no B-frames), `1080p`
+1920x1080 H.264 + AAC (the same kind), `webm` 1280x720 VP9 + Opus, and `720p_high` 1280x720 H.264 + AAC written
+with PyAV's libx264 defaults (preset medium, High profile, CRF 23) from a panning textured scene
+(`fixtures.media.scene`): about three frames in four are B-frames, as phones and cameras write (issue 31).
+Per clip, each round times, interleaved so that load from other processes hits all alike:
   * floor: one single-threaded PyAV decode of all the clip's video frames and audio, doing nothing with them;
   * ours: `preprocess.video.decode_video` (threads lent: --threads) then `preprocess.processor.encode_media` (the
     server's `decode` + `encode` stages, no cache), and the same with one thread;
+  * ours decoding every frame (H.264 clips): the same as ours with `SKIP_UNREFERENCED_CODECS` emptied, so every
+    frame is decoded, as before issue 31 (the before of its before/after);
+  * stages: one single-threaded pass of the same chain cut into its stages, each timed alone (CPU time): demux,
+    decode (every frame / the frames ours decodes), the reference's pre-scale (swscale), the processor's bicubic,
+    the patch rows, the soundtrack (decode + 16 kHz mono) and `encode_media` (features, ids);
 with wall and CPU time (process_time: what the stage costs the machine, whatever else runs on it). The headline is
 the best of --rounds, the median beside it, and ours / floor.
 
@@ -52,11 +60,15 @@ import av
 import torch
 from smoke import parse_with_smoke
 
+import preprocess.video as video_module
 from fixtures import media as fm
 from preprocess.align import PlaceholderIds
+from preprocess.audio import MonoResampler
 from preprocess.item import MediaItem
+from preprocess.patches import PatchWriter
 from preprocess.processor import encode_media, media_on_device, normalize_patches
-from preprocess.video import decode_video
+from preprocess.resize import prescale_size, processor_resize
+from preprocess.video import REFERENCE_FRAMES, decode_video, frame_size
 
 # --smoke: the same code path at tiny sizes (explicit flags still win)
 SMOKE = {"rounds": 1, "seconds": 2.0, "scale": 0.25, "memory_clips": "720p"}
@@ -65,7 +77,8 @@ IDS = PlaceholderIds(image_pad=1012, video_pad=1013, audio_pad=1032, vision_star
 CLIPS = {"720p": {"width": 1280, "height": 720},
          "1080p": {"width": 1920, "height": 1080},
          "webm": {"width": 1280, "height": 720, "container_format": "webm", "video_codec": "libvpx-vp9",
-                  "audio_codec": "libopus"}}
+                  "audio_codec": "libopus"},
+         "720p_high": {"width": 1280, "height": 720, "x264_defaults": True, "picture": fm.scene}}
 
 
 def processors():
@@ -104,17 +117,89 @@ def floor(data: bytes) -> dict:
 
 
 def make_clip(name: str, seconds: float, scale: float = 1.0) -> bytes:
-    """Clip `name` of CLIPS, `seconds` long (sides times `scale`, even); prints its "clip" line."""
+    """Clip `name` of CLIPS, `seconds` long (sides times `scale`, even); prints its "clip" line (with the count of
+    each picture type: I, P, B)."""
     spec = dict(CLIPS[name])
     width, height = (round(spec.pop(side) * scale / 2) * 2 for side in ("width", "height"))
     started = time.perf_counter()
     clip = fm.video_bytes(seconds=seconds, width=width, height=height, fps=25, audio_rate_hz=48000, audio_channels=2,
                           **spec)
+    with av.open(io.BytesIO(clip)) as container:
+        video = container.streams.video[0]
+        profile = video.codec_context.profile
+        kinds = [av.video.frame.PictureType(frame.pict_type).name for frame in container.decode(video)]
+    codec = spec.get("video_codec", "libx264")
     print(json.dumps({"event": "clip", "clip": name, "bytes": len(clip), "seconds": seconds,
-                      "size": f"{width}x{height}", "fps": 25, "video": spec.get("video_codec", "libx264"),
+                      "size": f"{width}x{height}", "fps": 25,
+                      "video": f"{codec} {'defaults' if spec.get('x264_defaults') else 'ultrafast'}"
+                               if codec == "libx264" else codec,
+                      "profile": profile, "frames": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
                       "audio": f"{spec.get('audio_codec', 'aac')} 48 kHz stereo",
                       "generate_s": round(time.perf_counter() - started, 2)}), flush=True)
     return clip
+
+
+def ours_every_frame(data: bytes, image_processor, feature_extractor, ids: PlaceholderIds, threads: int):
+    """`our_path` decoding every frame: no codec skips the frames the rule never keeps (the chain before issue 31)."""
+    skipped = video_module.SKIP_UNREFERENCED_CODECS
+    video_module.SKIP_UNREFERENCED_CODECS = frozenset()
+    try:
+        return our_path(data, image_processor, feature_extractor, ids, threads)
+    finally:
+        video_module.SKIP_UNREFERENCED_CODECS = skipped
+
+
+def _cpu(work) -> tuple[float, object]:
+    started = time.process_time()
+    result = work()
+    return time.process_time() - started, result
+
+
+def _decode_kept(data: bytes, skip: bool) -> list:
+    """The reference rule's kept frames, single-threaded; with `skip`, never-kept frames sent with NONREF (as ours)."""
+    kept: list = []
+    with av.open(io.BytesIO(data)) as container:
+        video = container.streams.video[0]
+        video.thread_type, video.thread_count = "NONE", 1
+        context, unit = video.codec_context, float(video.time_base)
+        for packet in container.demux(video):
+            if skip and context.name in video_module.SKIP_UNREFERENCED_CODECS:
+                never = packet.pts is not None and packet.pts * unit + 1e-6 < len(kept) / REFERENCE_FRAMES.fps
+                context.skip_frame = "NONREF" if never else "DEFAULT"
+            kept.extend(f for f in packet.decode() if f.time is not None
+                        and f.time + 1e-6 >= len(kept) / REFERENCE_FRAMES.fps)
+    return kept
+
+
+def _soundtrack(data: bytes) -> None:
+    with av.open(io.BytesIO(data)) as container:
+        resampler = MonoResampler(MediaItem("videos", 0, data), 600.0, "max_video_seconds", 600.0)
+        for frame in container.decode(container.streams.audio[0]):
+            resampler.add(frame)
+        resampler.finish()
+
+
+def stages(data: bytes, image_processor, feature_extractor, ids: PlaceholderIds) -> dict:
+    """One single-threaded pass of ours, stage by stage, each timed alone (CPU seconds)."""
+    out = {}
+    with av.open(io.BytesIO(data)) as container:
+        out["demux_s"], _ = _cpu(lambda: sum(1 for _ in container.demux()))
+    out["decode_every_frame_s"], _ = _cpu(lambda: _decode_kept(data, skip=False))
+    out["decode_as_ours_s"], kept = _cpu(lambda: _decode_kept(data, skip=True))
+    height, width = kept[0].height, kept[0].width
+    small, final = prescale_size(height, width, REFERENCE_FRAMES.max_decode_pixels), frame_size(height, width)
+    reformatter = av.video.reformatter.VideoReformatter()
+    out["prescale_s"], rgb = _cpu(lambda: [reformatter.reformat(f, width=small[1], height=small[0], format="rgb24",
+                                                                 threads=1).to_ndarray() for f in kept])
+    out["bicubic_s"], resized = _cpu(lambda: [processor_resize(frame, final) for frame in rgb])
+    writer = PatchWriter(*final, REFERENCE_FRAMES.layout, len(resized))
+    out["patches_s"], _ = _cpu(lambda: [writer.put(writer.reserve(), frame) for frame in resized])
+    out["soundtrack_s"], _ = _cpu(lambda: _soundtrack(data))
+    video = decode_video(MediaItem("videos", 0, data))
+    out["encode_s"], _ = _cpu(lambda: encode_media(videos=[video], image_processor=image_processor,
+                                                     feature_extractor=feature_extractor, token_ids=ids))
+    out["kept_frames"] = len(kept)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ memory
@@ -302,6 +387,26 @@ def placeholder_ids(ref_python: str | None):
     return PlaceholderIds.from_tokenizer(tokenizer), tokenizer
 
 
+def one_round(args: argparse.Namespace, name: str, clip: bytes, image_processor, feature_extractor,
+              ids: PlaceholderIds) -> tuple:
+    """One round of floor / ours / ours with one thread [/ ours decoding every frame, H.264 clips] / the stages;
+    prints its "round" line; -> (our encoded media, the round's figures)."""
+    base = floor(clip)
+    encoded, ours = our_path(clip, image_processor, feature_extractor, ids, args.threads)
+    _, single = our_path(clip, image_processor, feature_extractor, ids, 1)
+    row = {"floor_s": base["total_s"], "floor_cpu_s": base["cpu_s"], "ours_s": ours["total_s"],
+           "ours_decode_s": ours["decode_s"], "ours_encode_s": ours["encode_s"], "ours_cpu_s": ours["cpu_s"],
+           "ours_1_thread_s": single["total_s"], "ours_1_thread_cpu_s": single["cpu_s"]}
+    if CLIPS[name].get("video_codec", "libx264") == "libx264":
+        _, every = ours_every_frame(clip, image_processor, feature_extractor, ids, args.threads)
+        _, every_single = ours_every_frame(clip, image_processor, feature_extractor, ids, 1)
+        row |= {"every_frame_s": every["total_s"], "every_frame_cpu_s": every["cpu_s"],
+                "every_frame_1_thread_s": every_single["total_s"]}
+    row |= {f"stage_{key}": value for key, value in stages(clip, image_processor, feature_extractor, ids).items()}
+    print(json.dumps({"event": "round", "clip": name, **{k: round(v, 4) for k, v in row.items()}}), flush=True)
+    return encoded, row
+
+
 def run_clip(args: argparse.Namespace, name: str, clip: bytes, image_processor, feature_extractor,
              ids: PlaceholderIds, tokenizer) -> dict:
     """--rounds interleaved rounds of floor / ours (--threads) / ours (1 thread) [/ the reference chains, 720p with
@@ -316,14 +421,8 @@ def run_clip(args: argparse.Namespace, name: str, clip: bytes, image_processor, 
             tokenizer.save_pretrained(tmp / "tokenizer")
             (tmp / "ref.py").write_text(REF_SCRIPT)
         for _ in range(args.rounds):
-            base = floor(clip)
-            encoded, ours = our_path(clip, image_processor, feature_extractor, ids, args.threads)
-            _, single = our_path(clip, image_processor, feature_extractor, ids, 1)
-            row = {"floor_s": base["total_s"], "floor_cpu_s": base["cpu_s"], "ours_s": ours["total_s"],
-                   "ours_decode_s": ours["decode_s"], "ours_encode_s": ours["encode_s"], "ours_cpu_s": ours["cpu_s"],
-                   "ours_1_thread_s": single["total_s"], "ours_1_thread_cpu_s": single["cpu_s"]}
+            encoded, row = one_round(args, name, clip, image_processor, feature_extractor, ids)
             rounds.append(row)
-            print(json.dumps({"event": "round", "clip": name, **{k: round(v, 4) for k, v in row.items()}}), flush=True)
             if with_reference:
                 reference_rounds.append(run_reference_round(args.ref_python, tmp))
     times = summarize(rounds)
@@ -333,6 +432,11 @@ def run_clip(args: argparse.Namespace, name: str, clip: bytes, image_processor, 
                "ratio_1_thread_over_floor_best": times["ours_1_thread_s"]["best"] / times["floor_s"]["best"],
                "ratio_cpu_over_floor_cpu_best": times["ours_cpu_s"]["best"] / times["floor_cpu_s"]["best"],
                "realtime_factor_best": args.seconds / times["ours_s"]["best"],
+               **({"ratio_every_frame_over_floor_best": times["every_frame_s"]["best"] / times["floor_s"]["best"],
+                   "ratio_every_frame_over_ours_best": times["every_frame_s"]["best"] / times["ours_s"]["best"],
+                   "ratio_every_frame_1_thread_over_floor_best":
+                       times["every_frame_1_thread_s"]["best"] / times["floor_s"]["best"]}
+                  if "every_frame_s" in times else {}),
                "video_grid_thw": encoded.tensors["video_grid_thw"].tolist(), "tokens": encoded.tokens_by_modality,
                "media_ids": len(encoded.ids), "load_average": os.getloadavg()}
     if args.memory and name in args.memory_clips.split(","):
@@ -346,6 +450,13 @@ def run_clip(args: argparse.Namespace, name: str, clip: bytes, image_processor, 
           f"{summary['ratio_1_thread_over_floor_best']:.2f}x; CPU {summary['ratio_cpu_over_floor_cpu_best']:.2f}x); "
           f"for {args.seconds:g} s of video ({summary['realtime_factor_best']:.0f}x real time); grid "
           f"{summary['video_grid_thw']}, tokens {encoded.tokens_by_modality}", flush=True)
+    if "every_frame_s" in times:
+        print(f"{name}: decoding every frame (before issue 31): {times['every_frame_s']['best']:.3f} s = "
+              f"{summary['ratio_every_frame_over_floor_best']:.2f}x the floor (1 thread "
+              f"{summary['ratio_every_frame_1_thread_over_floor_best']:.2f}x)", flush=True)
+    print(f"{name}: stages (CPU s, best): " + ", ".join(
+        f"{key[6:-2]} {value['best']:.3f}" for key, value in times.items()
+        if key.startswith("stage_") and key.endswith("_s")), flush=True)
     if reference_rounds:
         print_reference(times["ours_s"], reference_rounds, encoded)
     return summary

@@ -4,7 +4,7 @@
     errors.py     typed media errors (unsupported, too large, corrupt) in plain words; library messages kept apart
     media.py      MediaLimits (defaults = Clef-omni hosted) and the request-level checks on sizes, before decoding
     sniff.py      the format from the magic bytes, and whether it may be sent in a slot
-    decode.py     one request's items -> decoded arrays: the request checks, then each item by its slot
+    decode.py     one item -> its decoded arrays, by the slot it was sent in (image, audio or video)
     image.py      image bytes -> one upright RGB array (EXIF orientation, every mode to RGB), limits before decoding
     audio.py      audio bytes -> 16 kHz mono float32 (channels averaged, then resampled), bounded decoding
     video.py      video bytes -> uint8 patch rows of upright frames at 2 fps + the soundtrack, in one demux pass

@@ -7,11 +7,18 @@ in ONE demux pass.
   (`max_video_seconds`). While decoding: no frame past `max_video_seconds + decode_slack_seconds` (from the
   first frame), at most `max_video_seconds * max_video_source_fps` decoded frames, no soundtrack longer than
   the video limit: a header that lies cannot make the decoder run away.
-* Frame times are measured from the stream's FIRST frame (the reference measures from t=0, so a stream starting
-  at 1.5 s gave a burst of consecutive frames). Tick k is at k/fps; it takes the decoded frame nearest to it
-  (ties: the later one, as the reference's `time >= k/fps` rule), so VFR and low-fps sources keep their true
-  timing (a 1 fps source repeats frames rather than playing at double speed). Ticks stop at the last frame;
-  the count is made even by repeating the last frame (temporal patch 2).
+* Which frames are kept is the frame policy's `frame_rule` (`VideoFramePolicy`; the one policy is
+  `REFERENCE_FRAMES`):
+  - "reference" (the default: the frames the model was trained on) is the Clef reference's `load_video` loop: a
+    decoded frame is kept iff `frame.time + 1e-6 >= kept / fps`, its time on the stream's clock (from 0, no start
+    offset). So a frame is kept at most once, a frame without a timestamp never; a stream that starts at 1.5 s, or
+    a gap over several ticks, is followed by a burst of consecutive frames until the count catches up; a 1 fps
+    source keeps every frame. The soundtrack is as decoded, from its first sample (the reference decodes it apart).
+  - "nearest": tick k is at k/fps from the stream's FIRST frame and takes the decoded frame nearest to it (ties:
+    the later one), so VFR, late-starting and low-fps sources keep their true timing (a 1 fps source repeats
+    frames); ticks stop at the last frame. The soundtrack is aligned to the first frame: audio before it is
+    dropped, a late-starting track is padded with silence.
+  Either way the count is made even by repeating the last frame (temporal patch 2).
 * Rotation metadata (display matrix, exposed by PyAV as `frame.rotation`, or an old `rotate` tag) is applied:
   frames come out upright. Flips in a display matrix are ignored.
 * Each kept frame goes through the reference's own chain (`preprocess.resize`): swscale's bilinear RGB conversion
@@ -26,10 +33,10 @@ in ONE demux pass.
   soundtrack while this one demuxes and decodes the picture; the kept frames are scaled on whichever of the two is
   free (the helper, or this one when more than a few wait and at the end), each into its own patch rows, each
   thread with its own scaler (from 3, FFmpeg gets the others as frame threads). 1 = everything on this thread.
-  The output does not depend on it; an error on the helper is raised here. A frame kept for several ticks is
-  scaled once.
-* The soundtrack goes through `audio.MonoResampler` (16 kHz mono float32, channels averaged by us) and is
-  aligned to the first video frame: audio before it is dropped, a late-starting track is padded with silence.
+  The output does not depend on it; an error on the helper is raised here. A frame kept for several ticks (the
+  "nearest" rule) is scaled once.
+* The soundtrack goes through `audio.MonoResampler` (16 kHz mono float32, channels averaged by us), then is left
+  or aligned as the frame rule says.
 
 Knows nothing of the model, HTTP or the filesystem (the size arithmetic is a policy with defaults; torch only as
 the processor's resize kernel, in `preprocess.resize`).
@@ -39,7 +46,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from functools import partial
-from typing import cast
+from typing import Literal, cast
 
 import av
 import numpy as np
@@ -57,33 +64,59 @@ _TIME_EPS_S = 1e-6
 _AUDIO_PACKETS_PER_JOB = 32     # ~0.7 s of AAC: one hand-over to the helper thread per 32 packets
 
 
+FrameRule = Literal["reference", "nearest"]
+FRAME_RULES: tuple[FrameRule, ...] = ("reference", "nearest")
+
+
 @dataclass(frozen=True)
 class VideoFramePolicy:
-    """Frame rate, frame size and patch layout of the reference (Clef `load_video` + the processor's video size)."""
+    """Frame rule and rate, frame size and patch layout of the reference (Clef `load_video` + the processor's video
+    size). `frame_rule`: "reference" (the default, what the model was trained on) keeps a decoded frame iff its time
+    on the stream's clock + 1e-6 >= kept / fps, and leaves the soundtrack as decoded; "nearest" keeps, for each tick
+    k / fps counted from the first frame, the decoded frame nearest to it, and aligns the soundtrack to that frame."""
 
     fps: float = 2.0
+    frame_rule: FrameRule = "reference"
     max_decode_pixels: int = 256 * 32 * 32  # 262,144: the reference's pre-scale cap before its processor
     min_pixels: int = 128 * 32 * 32  # 131,072: processor video size shortest_edge
     max_pixels: int = 768 * 32 * 32  # 786,432: processor video size longest_edge
     layout: PatchLayout = field(default_factory=PatchLayout)   # patch 16, temporal 2, merge 2: sides x32
+
+    def __post_init__(self) -> None:
+        if self.frame_rule not in FRAME_RULES:
+            raise ValueError(f"frame_rule must be one of {', '.join(FRAME_RULES)}, got {self.frame_rule!r}")
+        if not self.fps > 0:
+            raise ValueError(f"fps must be > 0, got {self.fps}")
 
     @property
     def factor(self) -> int:
         return self.layout.patch_size * self.layout.merge_size
 
 
+# The one frame policy: the reference's. Every default in `preprocess` and `omni` is this object.
+REFERENCE_FRAMES = VideoFramePolicy()
+
+
 @dataclass(frozen=True)
 class DecodedVideo:
     patches: np.ndarray  # (grid_t*grid_h*grid_w, 3*tp*ps*ps) uint8 patch rows of the upright frames (HF order)
     grid: tuple[int, int, int]  # (grid_t, grid_h, grid_w); frames are grid_t*tp, each grid_h*ps x grid_w*ps
-    soundtrack: np.ndarray | None  # (n,) float32 mono 16 kHz, aligned to the first frame; None if no audio
-    fps: float = 2.0
+    soundtrack: np.ndarray | None  # (n,) float32 mono 16 kHz (aligned as the policy says); None if no audio
+    policy: VideoFramePolicy  # the frame policy it was decoded under (its rate and patch layout)
     source_width: int = 0  # upright, before scaling
     source_height: int = 0
     rotation_degrees: int = 0  # counter-clockwise rotation that was applied
     container: str = ""
-    frame_times_s: tuple[float, ...] = ()  # each frame's source time from the first frame (the padding repeats one)
-    layout: PatchLayout = field(default_factory=PatchLayout)
+    # each frame's time: on the stream's clock (rule "reference"), from the first frame ("nearest"); the pad repeats
+    frame_times_s: tuple[float, ...] = ()
+
+    @property
+    def fps(self) -> float:
+        return self.policy.fps
+
+    @property
+    def layout(self) -> PatchLayout:
+        return self.policy.layout
 
     @property
     def frames(self) -> np.ndarray:
@@ -107,7 +140,7 @@ class DecodedVideo:
         return self.frame_count / self.fps
 
 
-def frame_size(height: int, width: int, policy: VideoFramePolicy = VideoFramePolicy()) -> tuple[int, int]:
+def frame_size(height: int, width: int, policy: VideoFramePolicy = REFERENCE_FRAMES) -> tuple[int, int]:
     """Final (height, width) of the reference chain for an upright source frame of `height` x `width`."""
     return smart_resize(*prescale_size(height, width, policy.max_decode_pixels), policy.factor, policy.min_pixels,
                         policy.max_pixels)
@@ -125,8 +158,9 @@ def _rotation_degrees(frame: av.VideoFrame, stream: av.video.stream.VideoStream)
 
 
 class _FrameSampler:
-    """Keeps, for each tick k/fps (from the first frame), the nearest decoded frame, scaled by the reference's chain,
-    upright, written into its patch rows."""
+    """Keeps the decoded frames the policy's rule picks, scaled by the reference's chain, upright, written into their
+    patch rows. `frame_rule` "reference": a frame iff `time + 1e-6 >= kept / fps` on the stream's clock (from 0);
+    "nearest": for each tick k/fps from the first frame, the decoded frame nearest to it."""
 
     def __init__(self, item: MediaItem, limits: MediaLimits, policy: VideoFramePolicy,
                  stream: av.video.stream.VideoStream, expected_frames: int = 16):
@@ -137,11 +171,14 @@ class _FrameSampler:
         self.expected_frames = min(expected_frames, self.max_kept)
         self.writer: PatchWriter | None = None     # made on the first frame, when the size is known
         self.helper: SideThread | None = None      # set: kept frames are scaled there or, when it is behind, here
+        rate = stream.time_base
+        self._time_base = (rate.numerator, rate.denominator) if rate else None   # the packets' and frames' unit
         self._scalers = threading.local()          # one FrameScaler per thread (its swscale context is not shared)
         self.kept = 0
-        self.times_s: list[float] = []    # the source time of each kept frame, from the first frame
-        self.origin_s: float | None = None
+        self.times_s: list[float] = []    # the time of each kept frame on the rule's clock
+        self.origin_s: float | None = None   # the first frame's time on the stream's clock
         self.decoded = 0
+        self.untimed = 0                  # frames without a timestamp (the reference rule skips them)
         self.rotation = 0
         self.size: tuple[int, int] | None = None  # upright target (h, w)
         self.source_size = (0, 0)  # upright source (h, w)
@@ -161,15 +198,20 @@ class _FrameSampler:
         self.size = frame_size(height, width, self.policy)
         self.writer = PatchWriter(*self.size, self.policy.layout, self.expected_frames)
 
-    def _time_s(self, frame: av.VideoFrame) -> float:
+    def _time_s(self, frame: av.VideoFrame) -> float | None:
+        """The frame's time on the stream's clock; without a timestamp: None for the reference rule (it skips such a
+        frame), else the count of frames before it over the stream's rate."""
         # PyAV's stub types VideoFrame.time as float, but it is None for a frame without a timestamp.
         frame_time_s = cast("float | None", frame.time)
         if frame_time_s is not None:
             return float(frame_time_s)
+        self.untimed += 1
+        if self.policy.frame_rule == "reference":
+            return None
         rate = self.stream.average_rate or self.stream.guessed_rate
         if not rate:
             raise CorruptMedia(self.item, "video frames carry no timestamps and the stream no frame rate")
-        return self.decoded / float(rate)
+        return (self.decoded - 1) / float(rate)
 
     def _scaler(self) -> FrameScaler:
         scaler: FrameScaler | None = getattr(self._scalers, "scaler", None)
@@ -197,10 +239,16 @@ class _FrameSampler:
         else:
             self.helper.submit(job, shared=True)
 
+    def _too_many_kept(self) -> MediaTooLarge:
+        late = (f" (the stream starts at {self.origin_s:.1f} s and the reference's frame rule counts from 0 s, so "
+                f"every frame is kept until the count catches up)"
+                if self.policy.frame_rule == "reference" and self.origin_s else "")
+        return MediaTooLarge(self.item, f"more than {self.kept} frames at {self.policy.fps:g} fps, over "
+                                        f"max_video_seconds={self.limits.max_video_seconds:g}{late}")
+
     def _keep(self, frame: av.VideoFrame, time_s: float) -> None:
         if self.kept >= self.max_kept:
-            raise MediaTooLarge(self.item, f"more than {self.kept} frames at {self.policy.fps:g} fps, over "
-                                            f"max_video_seconds={self.limits.max_video_seconds:g}")
+            raise self._too_many_kept()
         writer = self.writer
         assert writer is not None, "set by _setup on the first frame"
         if self._pending is None or self._pending[0] is not frame:    # a frame kept for several ticks: scaled once
@@ -215,28 +263,54 @@ class _FrameSampler:
         self.kept += 1
         self.times_s.append(time_s)
 
+    def too_many_decoded(self) -> MediaTooLarge:
+        return MediaTooLarge(self.item, f"more than {self.max_decoded - 1} frames decoded, over max_video_seconds="
+                                        f"{self.limits.max_video_seconds:g} x max_video_source_fps="
+                                        f"{self.limits.max_video_source_fps:g}")
+
+    def never_kept(self, pts: int | None) -> bool:
+        """True when the frame of a packet with timestamp `pts` cannot be kept whatever is decoded before it: under
+        the reference rule, a time (computed as `frame.time` is) before the next tick, which only moves on; the
+        nearest rule cannot tell."""
+        if self.policy.frame_rule != "reference" or pts is None or self._time_base is None:
+            return False
+        numerator, denominator = self._time_base
+        return float(pts) * numerator / denominator + _TIME_EPS_S < self.kept / self.policy.fps
+
     def add(self, frame: av.VideoFrame) -> None:
         self.decoded += 1
         if self.decoded > self.max_decoded:
-            raise MediaTooLarge(self.item, f"more than {self.max_decoded - 1} frames decoded, over max_video_seconds="
-                                            f"{self.limits.max_video_seconds:g} x max_video_source_fps="
-                                            f"{self.limits.max_video_source_fps:g}")
+            raise self.too_many_decoded()
         if self.size is None:
             self._setup(frame)
         time_s = self._time_s(frame)
+        if time_s is None:
+            return      # the reference rule: a frame without a timestamp is never kept
         if self.origin_s is None:
             self.origin_s = time_s
-        t = time_s - self.origin_s
-        if t > self.max_seconds:
-            raise MediaTooLarge(self.item, f"frame at {t:.1f} s, over max_video_seconds="
+        if time_s - self.origin_s > self.max_seconds:
+            raise MediaTooLarge(self.item, f"frame at {time_s - self.origin_s:.1f} s, over max_video_seconds="
                                             f"{self.limits.max_video_seconds:g}")
+        if self.policy.frame_rule == "reference":
+            self._add_reference(frame, time_s)
+        else:
+            self._add_nearest(frame, time_s - self.origin_s)
+
+    def _add_reference(self, frame: av.VideoFrame, time_s: float) -> None:
+        """The reference's `load_video`: keep this frame iff `frame.time + 1e-6 >= kept / fps` (one frame at most per
+        decoded frame; after a late start or a gap, every frame is kept until the count catches up)."""
+        if time_s + _TIME_EPS_S >= self.kept / self.policy.fps:
+            self._keep(frame, time_s)
+
+    def _add_nearest(self, frame: av.VideoFrame, t: float) -> None:
+        """Each tick up to `t` (from the first frame) takes the nearer of this frame and the one before it (ties:
+        this one); a frame may fill several ticks. A timestamp that goes back is ignored."""
         if self._prev is not None and t < self._prev[1]:
             return  # out-of-order timestamp: ignore rather than go back in time
         while t + _TIME_EPS_S >= self.kept / self.policy.fps:
             tick = self.kept / self.policy.fps
             prev = self._prev
-            prev_closer = prev is not None and (tick - prev[1]) < (t - tick) - _TIME_EPS_S
-            if prev is not None and prev_closer:
+            if prev is not None and (tick - prev[1]) < (t - tick) - _TIME_EPS_S:
                 self._keep(*prev)
             else:
                 self._keep(frame, t)
@@ -263,10 +337,11 @@ class _Soundtrack:
             self.start_s = float(frame.time)
         self.resampler.add(frame)
 
-    def finish(self, video_start_s: float) -> np.ndarray | None:
+    def finish(self, align_to_s: float | None) -> np.ndarray | None:
+        """The samples, from the track's first one (`align_to_s` None, as the reference) or from `align_to_s`."""
         samples = self.resampler.finish()
-        if self.start_s is not None:
-            samples = _align(samples, self.start_s, video_start_s)
+        if self.start_s is not None and align_to_s is not None:
+            samples = _align(samples, self.start_s, align_to_s)
         return samples if len(samples) >= HEARABLE_SAMPLES else None   # shorter: a video without a soundtrack
 
 
@@ -307,38 +382,64 @@ class _Packets:
                 self.soundtrack.add(frame)
 
 
-def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
-           audio: av.audio.stream.AudioStream | None, sampler: _FrameSampler, soundtrack: _Soundtrack | None,
-           helper: SideThread | None = None) -> int:
-    """One pass over both streams; returns how many packets failed to decode (and were skipped). With a helper, the
-    soundtrack is decoded there (and the sampler scales its frames there), concurrently with the picture here."""
-    bad_packets = 0
-    audio_packets = _Packets(soundtrack) if soundtrack is not None else None
-    waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
-    for packet in container.demux(*[s for s in (video, audio) if s is not None]):
-        if packet.stream.type == "audio":
-            if audio_packets is not None and helper is not None:
-                waiting.append(packet)
-                if len(waiting) >= _AUDIO_PACKETS_PER_JOB:
-                    helper.submit(partial(audio_packets, waiting))
-                    waiting = []
-            elif audio_packets is not None:
-                audio_packets([packet])
-            continue
+# Decoders that drop a frame no other frame refers to, unseen, when `skip_frame` is "NONREF" (the B-frames of a
+# High-profile stream, most of its frames); the setting is read for the packet sent next (with frame threads too:
+# FFmpeg copies it to the thread that takes the packet), and the other frames come out the same.
+SKIP_UNREFERENCED_CODECS = frozenset({"h264", "hevc"})
+
+
+class _Pictures:
+    """Decodes the picture's packets and feeds its frames to the sampler. An H.264/HEVC packet whose frame the
+    sampler will never keep is sent with `skip_frame="NONREF"`: if no other frame refers to it, it is not decoded at
+    all (a frame others refer to is decoded as ever, then dropped by the rule). Counts the packets that fail to
+    decode (skipped) and bounds the packets as the sampler bounds the frames."""
+
+    def __init__(self, video: av.video.stream.VideoStream, sampler: _FrameSampler) -> None:
+        self.context, self.sampler = video.codec_context, sampler
+        self.skips = self.context.name in SKIP_UNREFERENCED_CODECS
+        self.skipping = False
+        self.packets = self.bad = 0
+
+    def __call__(self, packet: av.Packet) -> None:
+        self.packets += 1
+        if self.packets > self.sampler.max_decoded:
+            raise self.sampler.too_many_decoded()
+        if self.skips and self.sampler.never_kept(packet.pts) != self.skipping:
+            self.skipping = not self.skipping
+            self.context.skip_frame = "NONREF" if self.skipping else "DEFAULT"
         try:
             frames = packet.decode()
         except av.error.InvalidDataError:
-            bad_packets += 1
-            continue
+            self.bad += 1
+            return
         for frame in frames:
             if isinstance(frame, av.VideoFrame):        # a frame of `video`
-                sampler.add(frame)
-    sampler.flush()
+                self.sampler.add(frame)
+
+
+def _demux(container: av.container.InputContainer, video: av.video.stream.VideoStream,
+           audio: av.audio.stream.AudioStream | None, pictures: _Pictures, soundtrack: _Soundtrack | None,
+           helper: SideThread | None = None) -> int:
+    """One pass over both streams; returns how many packets failed to decode (and were skipped). With a helper, the
+    soundtrack is decoded there (and the sampler scales its frames there), concurrently with the picture here."""
+    audio_packets = _Packets(soundtrack) if soundtrack is not None else None
+    waiting: list[av.Packet] = []       # soundtrack packets for the helper, handed over a few at a time
+    for packet in container.demux(*[s for s in (video, audio) if s is not None]):
+        if packet.stream.type != "audio":
+            pictures(packet)
+        elif audio_packets is not None and helper is None:
+            audio_packets([packet])
+        elif audio_packets is not None and helper is not None:
+            waiting.append(packet)
+            if len(waiting) >= _AUDIO_PACKETS_PER_JOB:
+                helper.submit(partial(audio_packets, waiting))
+                waiting = []
+    pictures.sampler.flush()
     if helper is not None:
         if waiting and audio_packets is not None:
             helper.submit(partial(audio_packets, waiting))
         helper.finish()
-    return bad_packets + (audio_packets.bad if audio_packets is not None else 0)
+    return pictures.bad + (audio_packets.bad if audio_packets is not None else 0)
 
 
 def _set_threads(video: av.video.stream.VideoStream, threads: int) -> None:
@@ -360,7 +461,7 @@ def _expected_frames(video: av.video.stream.VideoStream, container: av.container
 
 
 def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
-                 policy: VideoFramePolicy = VideoFramePolicy(), threads: int = 1) -> DecodedVideo:
+                 policy: VideoFramePolicy = REFERENCE_FRAMES, threads: int = 1) -> DecodedVideo:
     """Video bytes -> patch rows of frames at `policy.fps` + soundtrack, one demux pass; typed `MediaError` on bad
     input. `threads`: FFmpeg frame threads for the picture (the caller's to lend; 1 = this thread only)."""
     data = item.data
@@ -373,8 +474,9 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
         soundtrack = _Soundtrack(item, limits) if audio is not None else None
         sampler.helper = helper = SideThread() if threads > 1 else None
         try:
-            bad_packets = _demux(container, video, audio, sampler, soundtrack, helper)
-            samples = soundtrack.finish(sampler.origin_s or 0.0) if soundtrack is not None else None
+            bad_packets = _demux(container, video, audio, _Pictures(video, sampler), soundtrack, helper)
+            align_to_s = (sampler.origin_s or 0.0) if policy.frame_rule == "nearest" else None
+            samples = soundtrack.finish(align_to_s) if soundtrack is not None else None
         except MediaError:
             raise
         except (av.error.FFmpegError, ValueError, MemoryError) as exc:
@@ -384,11 +486,11 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
             if helper is not None:
                 helper.close()
     if sampler.writer is None or not sampler.kept:
-        raise CorruptMedia(item, f"no decodable video frames ({bad_packets} bad packets)")
+        untimed = f", {sampler.untimed} without a timestamp" if sampler.untimed else ""
+        raise CorruptMedia(item, f"no decodable video frames ({bad_packets} bad packets{untimed})")
     pad = sampler.kept % policy.layout.temporal_patch_size   # frames go in pairs: the last one repeats
     patches, grid = sampler.writer.finish()
     height, width = sampler.source_size
-    return DecodedVideo(patches=patches, grid=grid, soundtrack=samples, fps=policy.fps, source_width=width,
+    return DecodedVideo(patches=patches, grid=grid, soundtrack=samples, policy=policy, source_width=width,
                         source_height=height, rotation_degrees=sampler.rotation, container=container_name,
-                        frame_times_s=tuple(round(t, 6) for t in sampler.times_s + sampler.times_s[-1:] * pad),
-                        layout=policy.layout)
+                        frame_times_s=tuple(round(t, 6) for t in sampler.times_s + sampler.times_s[-1:] * pad))

@@ -36,7 +36,7 @@ from preprocess.loader import IMAGE_PROCESSOR_KEYS, ProcessorParts
 from preprocess.media import MediaLimits, check_request
 from preprocess.processor import EncodedMedia, ItemEncoding, assemble_media, encode_item
 from preprocess.threads import ThreadBudget
-from preprocess.video import VideoFramePolicy
+from preprocess.video import REFERENCE_FRAMES, VideoFramePolicy
 
 NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_modality={})
 
@@ -58,7 +58,7 @@ class MediaEncoder:
 
     def __init__(self, parts: ProcessorParts, limits: MediaLimits, cache_bytes: int = 0, *,
                  position_id_per_seconds: float = 13.0, n_window: int = 50,
-                 policy: VideoFramePolicy = VideoFramePolicy(), decode_threads: int = 1):
+                 policy: VideoFramePolicy = REFERENCE_FRAMES, decode_threads: int = 1):
         self.parts, self.limits, self.policy = parts, limits, policy
         self.position_id_per_seconds, self.n_window = position_id_per_seconds, n_window
         self.cache: ByteLRU[ItemEncoding] = ByteLRU(cache_bytes)

@@ -258,16 +258,20 @@ def check_preprocessing(tmp_path: Path) -> None:
     out = run_smoke("preprocessing.py").stdout
     lines = json_lines(out)
     assert one(lines, event="env")["threads"] == 2
-    for clip in ("720p", "1080p", "webm"):
+    for clip in ("720p", "1080p", "webm", "720p_high"):
         positive(one(lines, event="clip", clip=clip), "bytes", "seconds")
         positive(one(lines, event="round", clip=clip), "floor_s", "ours_s", "ours_decode_s", "ours_encode_s",
-                 "ours_1_thread_s")
+                 "ours_1_thread_s", "stage_decode_as_ours_s", "stage_bicubic_s", "stage_soundtrack_s")
+        assert re.search(rf"^{clip}: stages \(CPU s, best\): demux [\d.]+, decode_every_frame", out, re.MULTILINE)
         summary = one(lines, event="summary", clip=clip)
         assert summary["smoke"] is True
         finite(summary)
         positive(summary, "ratio_ours_over_floor_best", "realtime_factor_best", "times.ours_s.best", "media_ids")
         assert summary["tokens"]["video"] > 0 and summary["tokens"]["video_audio"] > 0   # frames and their soundtrack
         assert re.search(rf"^{clip}: ours [\d.]+ s best / [\d.]+ s median \(2 threads\) vs floor", out, re.MULTILINE)
+    high = one(lines, event="clip", clip="720p_high")
+    assert high["profile"] == "High" and high["frames"]["B"] > 0                       # what the clip is for
+    positive(one(lines, event="summary", clip="720p_high"), "ratio_every_frame_over_floor_best")
     memory = one(lines, event="summary", clip="720p")["memory"]
     positive(memory, "uint8_to_device.peak_growth_mib", "float32_on_host.output_tensors_mib")
 

@@ -18,9 +18,9 @@ from fixtures.media import image_bytes
 from omni.contract.avrik import AVRIK_CLIENT_AGENT
 from omni.contract.config import EngineConfig
 from omni.serve.engine import DecisionEngine
-from preprocess.decode import decode_media
 from preprocess.errors import CorruptMedia, MediaErrors, MediaTooLarge, UnsupportedMedia
 from preprocess.item import MediaItem
+from preprocess.loader import load_processor_parts
 from preprocess.media import MediaLimits, check_request
 from tests.unit.http.serving import wait_ready
 
@@ -92,10 +92,11 @@ def test_good_requests_decode_each_item_once(tiny_dir, monkeypatch):
     assert [type(e) for e in info.value.errors] == [CorruptMedia, UnsupportedMedia]
 
 
-def test_decode_media_and_pickling_keep_every_error():
+def test_the_media_encoder_and_pickling_keep_every_error(tiny_dir):
+    encoder = media_module.MediaEncoder(load_processor_parts(tiny_dir), MediaLimits())    # what the server decodes with
     with pytest.raises(MediaErrors) as info:
-        decode_media([MediaItem("images", 0, TRUNCATED_PNG), MediaItem("images", 1, image_bytes("PNG")),
-                      MediaItem("audio", 0, TEXT_AS_WAV)])
+        encoder.encode([MediaItem("images", 0, TRUNCATED_PNG), MediaItem("images", 1, image_bytes("PNG")),
+                        MediaItem("audio", 0, TEXT_AS_WAV)])
     error = info.value
     assert [e.label for e in error.errors] == ["images[0]", "audio[0]"]
     assert "images[0]" in str(error) and "audio[0]" in str(error)
@@ -103,7 +104,7 @@ def test_decode_media_and_pickling_keep_every_error():
     assert [(type(e), e.label, e.message) for e in copy.errors] == [(type(e), e.label, e.message) for e in error.errors]
     assert all(e.item.data == b"" for e in copy.errors)     # without the bytes
     with pytest.raises(CorruptMedia):                        # one bad item: its own error, as before
-        decode_media([MediaItem("images", 0, TRUNCATED_PNG)])
+        encoder.encode([MediaItem("images", 0, TRUNCATED_PNG)])
 
 
 def test_every_item_over_its_byte_limit_is_named_before_anything_is_decoded():

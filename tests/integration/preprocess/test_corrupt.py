@@ -7,7 +7,9 @@ import pytest
 
 from fixtures.make_corrupt import CORRUPT_DIR, EXPECTED
 from preprocess import errors
-from preprocess.decode import decode_item, decode_media
+from preprocess.decode import decode_item
+from preprocess.loader import load_processor_parts
+from preprocess.media import MediaLimits
 from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
@@ -38,18 +40,21 @@ def test_limit_errors_name_the_limit():
     assert "max_audio_seconds=300" in str(info.value)
 
 
-def test_decode_media_names_the_bad_item_among_good_ones():
+def test_the_media_encoder_names_the_bad_item_among_good_ones(tiny_dir):
     from fixtures import media as fm
+    from omni.model.media import MediaEncoder
 
     good_video = fm.video_bytes(seconds=0.5, width=32, height=32)
     bad_video = (CORRUPT_DIR / "truncated.mp4").read_bytes()
     good = [media_item("images", fm.image_bytes()), media_item("audio", fm.wav_bytes(0.5)),
             media_item("videos", good_video)]
+    encoder = MediaEncoder(load_processor_parts(tiny_dir), MediaLimits())     # what the server decodes with
     with pytest.raises(errors.CorruptMedia) as info:
-        decode_media(good + [media_item("videos", bad_video, 1)])
+        encoder.encode(good + [media_item("videos", bad_video, 1)])
     assert info.value.label == "videos[1]"
-    decoded = decode_media(good)
-    assert (len(decoded.images), len(decoded.audio), len(decoded.videos)) == (1, 1, 1)
+    decoded = encoder.encode(good)
+    slots = [item.slot for item in decoded.audit]
+    assert (slots.count("images"), slots.count("audio"), slots.count("videos")) == (1, 1, 1)
 
 
 LIBRARY_WORDS = re.compile(r"0x[0-9a-f]{4,}|object at|errno|Errno|Error\b|Exception|<[a-z_.]+|Traceback|avcodec|"

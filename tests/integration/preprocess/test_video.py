@@ -1,5 +1,6 @@
-"""Video decoding: formats, 2 fps by timestamp from the stream start, VFR, rotation, sizes, soundtrack, limits,
-one demux pass, and the HF patch layout."""
+"""Video decoding: formats, 2 fps by timestamp (the reference's rule by default; the "nearest" rule where a test
+says so: test_frame_rule.py has both side by side), VFR, rotation, sizes, soundtrack, limits, one demux pass, and
+the HF patch layout."""
 from __future__ import annotations
 
 import io
@@ -16,17 +17,28 @@ from fixtures import media as fm
 from preprocess.errors import MediaTooLarge, UnsupportedMedia
 from preprocess.media import MediaLimits
 from preprocess.processor import encode_videos, media_on_device, normalize_patches, patchify_frames
-from preprocess.video import decode_video, frame_size
+from preprocess.video import VideoFramePolicy, decode_video, frame_size
 from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
 
 ROTATED_FFMPEG_CLIP = Path(__file__).parents[3] / "fixtures" / "files" / "rotated270_ffmpeg.mp4"
+NEAREST = VideoFramePolicy(frame_rule="nearest")   # the option: the frame nearest each tick, from the first frame
 
 
 def frame_times(data: bytes) -> list[float]:
     with av.open(io.BytesIO(data)) as container:
         return [float(frame.time) for frame in container.decode(video=0)]
+
+
+def reference_indices(times: list[float], fps: float = 2.0) -> list[int]:
+    """The reference's rule (the default), over the decoded frames' times: keep a frame iff time + 1e-6 >= kept / fps
+    on the stream's clock; an odd count repeats the last frame."""
+    kept: list[int] = []
+    for index, t in enumerate(times):
+        if t + 1e-6 >= len(kept) / fps:
+            kept.append(index)
+    return kept + kept[-1:] * (len(kept) % 2)
 
 
 def expected_indices(times: list[float], fps: float = 2.0) -> list[int]:
@@ -67,6 +79,8 @@ def test_formats_decode_at_2_fps_with_soundtrack(name, bounded):
     video = bounded(decode_video, media_item("videos", data))
     assert video.frames.dtype == np.uint8 and video.frames.shape[1:] == (320, 448, 3)
     assert len(video.frames) % 2 == 0
+    assert indices(video) == reference_indices(frame_times(data))          # the default: the reference's rule
+    video = bounded(decode_video, media_item("videos", data), policy=NEAREST)
     assert indices(video) == expected_indices(frame_times(data))
     assert all(upright(frame) for frame in video.frames)
     assert abs(len(video.soundtrack) - 32000) < 800
@@ -78,7 +92,7 @@ def test_plain_25fps_clip_keeps_the_frames_at_each_half_second():
     assert indices(video) == [0, 13, 25, 38]  # 0.0 s, 0.52 (tie 0.48/0.52 -> later, as the reference), 1.0, 1.52
 
 
-def test_stream_starting_at_1_5_s_gives_evenly_spaced_frames():
+def test_stream_starting_at_1_5_s_gives_evenly_spaced_frames_with_the_nearest_rule():
     data = fm.video_bytes(start_seconds=1.5, audio_start_seconds=1.5)
     times = frame_times(data)
     assert times[0] == pytest.approx(1.5)
@@ -87,27 +101,33 @@ def test_stream_starting_at_1_5_s_gives_evenly_spaced_frames():
         if t + 1e-6 >= len(reference_rule) / 2.0:
             reference_rule.append(index)
     assert reference_rule[:4] == [0, 1, 2, 3]  # the burst this fixture provokes
-    video = decode_video(media_item("videos", data))
+    assert indices(decode_video(media_item("videos", data))) == reference_indices(times)   # the default: the burst
+    video = decode_video(media_item("videos", data), policy=NEAREST)
     assert indices(video) == [0, 13, 25, 38]
     assert abs(len(video.soundtrack) - 32000) < 800
 
 
-def test_soundtrack_is_aligned_to_the_first_frame():
-    late_audio = decode_video(media_item("videos", fm.video_bytes(audio_start_seconds=0.5))).soundtrack
+def test_soundtrack_is_aligned_to_the_first_frame_with_the_nearest_rule():
+    late_audio = decode_video(media_item("videos", fm.video_bytes(audio_start_seconds=0.5)), policy=NEAREST).soundtrack
     assert np.abs(late_audio[:7500]).max() < 0.02  # 0.5 s of silence put in front
     assert float(np.sqrt(np.mean(late_audio[9000:30000] ** 2))) == pytest.approx(0.283, rel=0.05)
-    early_audio = decode_video(media_item("videos", fm.video_bytes(start_seconds=1.0, audio_start_seconds=0.0))).soundtrack
+    early_audio = decode_video(media_item("videos", fm.video_bytes(start_seconds=1.0, audio_start_seconds=0.0)),
+                               policy=NEAREST).soundtrack
     assert abs(len(early_audio) - 16000) < 800  # the second before the first frame is dropped
 
 
 def test_variable_frame_rate():
     times = [0.0, 0.1, 0.15, 0.9, 1.0, 1.05, 1.1, 2.0, 2.7]
-    video = decode_video(media_item("videos", fm.video_bytes(frame_times=times)))
+    data = fm.video_bytes(frame_times=times)
+    assert indices(decode_video(media_item("videos", data))) == reference_indices(times) == [0, 3, 4, 7, 8, 8]
+    video = decode_video(media_item("videos", data), policy=NEAREST)
     assert indices(video) == expected_indices(times) == [0, 2, 4, 6, 7, 8]
 
 
-def test_low_frame_rate_repeats_frames_instead_of_speeding_up():
-    video = decode_video(media_item("videos", fm.video_bytes(seconds=4, fps=1, audio_codec=None)))
+def test_low_frame_rate_repeats_frames_with_the_nearest_rule_and_not_with_the_reference_s():
+    data = fm.video_bytes(seconds=4, fps=1, audio_codec=None)
+    assert indices(decode_video(media_item("videos", data))) == [0, 1, 2, 3]   # the reference: each frame once
+    video = decode_video(media_item("videos", data), policy=NEAREST)
     assert indices(video) == [0, 1, 1, 2, 2, 3, 3, 3]  # ticks 0, .5 (tie -> 1), 1, 1.5, 2, 2.5, 3 + pad
 
 

@@ -37,6 +37,9 @@ CLIPS = {
     "upscale_256": lambda: fm.video_bytes(seconds=1.0, width=256, height=256, fps=10),
     "downscale_720p": lambda: fm.video_bytes(seconds=1.0, width=1280, height=720, fps=10),
     "silent": lambda: fm.video_bytes(audio_codec=None),
+    # B-frames: with 1 or 2 threads those never kept are not decoded; with 3, FFmpeg's frame threads decode them all
+    "high_profile_b_frames": lambda: fm.video_bytes(seconds=3.0, width=320, height=180, x264_defaults=True,
+                                                    picture=fm.scene),
 }
 
 
