@@ -145,6 +145,34 @@ def test_the_tiny_checkpoint_exports_in_one_shard_with_its_index(tiny_dir, tmp_p
     assert probabilities(out) == probabilities(tiny_dir)
 
 
+def test_an_export_exports_again_at_another_shard_size(exported, tmp_path):
+    again = export_checkpoint(exported, tmp_path / "again", 700_000)
+    first = json.loads((exported / INDEX_FILE).read_text())
+    second = json.loads((again / INDEX_FILE).read_text())
+    assert sorted(set(second["weight_map"].values())) == ["model-00001-of-00002.safetensors",
+                                                          "model-00002-of-00002.safetensors"]
+    assert set(second["weight_map"]) == set(first["weight_map"])
+    assert second["metadata"] == first["metadata"]
+    for name in ("config.json", "joint_head_config.json", "processor_config.json", "joint_head.safetensors"):
+        assert (again / name).read_bytes() == (exported / name).read_bytes(), name
+    assert probabilities(again) == probabilities(DEMO_CHECKPOINT_DIR)
+
+
+def test_a_flat_preprocessor_config_becomes_the_sectioned_processor_config(tmp_path):
+    copy = copy_of(DEMO_CHECKPOINT_DIR, tmp_path)
+    sections = json.loads((copy / "processor_config.json").read_text())
+    (copy / "processor_config.json").unlink()
+    flat = {**sections["image_processor"], **sections["feature_extractor"]}
+    (copy / "preprocessor_config.json").write_text(json.dumps(flat))
+    out = export_checkpoint(copy, tmp_path / "out")
+    processor = json.loads((out / "processor_config.json").read_text())
+    assert not (out / "preprocessor_config.json").exists()
+    assert processor["video_processor"]["video_processor_type"] == "Qwen2VLVideoProcessor"
+    assert processor["image_processor"]["patch_size"] == 16
+    assert processor["feature_extractor"]["feature_size"] == 128
+    assert probabilities(out) == probabilities(DEMO_CHECKPOINT_DIR)
+
+
 def test_an_output_directory_in_use_is_refused(exported, tmp_path):
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine")
