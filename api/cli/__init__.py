@@ -8,7 +8,8 @@
     remote.py  the backlog backend of `omni batch --url`: each line posted to `omni serve` (httpx), 429/503 retried
     learn.py   `omni eval`, `omni calibrate`, `omni finetune`
     replay.py  `omni replay LOG|RECORD`: logged decisions re-run and compared (exit 1 when one is not reproduced)
-    export.py  `omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a log
+    export.py  `omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a log;
+               `omni export checkpoint MODEL --out DIR`: a checkpoint in the released (sharded, indexed) layout
     policy.py  `omni policy fit DATA --target-precision P --out POLICY.toml` (thresholds from labels), `check FILE`
     report.py  `omni report drift LOG --window 1h`: answer/confidence/outcome drift between windows (PSI), PNG
     doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)

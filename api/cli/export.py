@@ -1,11 +1,19 @@
-"""`omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a decision log.
+"""`omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a decision log;
+`omni export checkpoint MODEL --out DIR [--max-shard-size 5GB]`: a checkpoint in the released layout.
 
-Reads the log (`omni.serve.decision_log_files.read_records`), the map (`omni.governance.statements.load_statement_map`)
-and, with `--review-dir`, the reviewers' labels of kept decisions (a labelled decision is only partially automated,
-and its labels prevail); writes one statement per selected decision to a temporary file renamed over `--out` only
-when the whole log was read without error, so a failed export never leaves half a file. A summary and every skipped
-record and warning go to stderr. Bad input (no such log, a corrupt or foreign file, a map naming unknown questions
-or values) is one line and exit 2 (`api/cli/main.py` prints it).
+statements: reads the log (`omni.serve.decision_log_files.read_records`), the map
+(`omni.governance.statements.load_statement_map`) and, with `--review-dir`, the reviewers' labels of kept decisions (a
+labelled decision is only partially automated, and its labels prevail); writes one statement per selected decision to
+a temporary file renamed over `--out` only when the whole log was read without error, so a failed export never leaves
+half a file. A summary and every skipped record and warning go to stderr.
+
+checkpoint: `omni.model.export.export_checkpoint` writes MODEL (a directory, or a hub id downloaded first) as
+Cloudflare publishes Clef-omni: sharded `model-*.safetensors` with their index, the head config with the release's
+keys, a processor config naming its video processor; into a new directory, whole or not at all. A source that would
+not load is refused with what `omni doctor` finds wrong.
+
+Bad input (no such log, a corrupt or foreign file, a map naming unknown questions or values, a checkpoint that would
+not load, an output directory that is not empty) is one line and exit 2 (`api/cli/main.py` prints it).
 Knows nothing of HTTP or the model.
 """
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,9 +39,51 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
                             help="a review directory: decisions its reviewers labelled are partially automated")
 
 
+    checkpoint = kinds.add_parser("checkpoint", help="a checkpoint in the released layout (sharded weights with "
+                                                     "their index): what vLLM's clef_omni and transformers load")
+    checkpoint.add_argument("model", help="a checkpoint directory (or a hub id, downloaded first)")
+    checkpoint.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory")
+    checkpoint.add_argument("--max-shard-size", type=byte_size, default="5GB", metavar="SIZE",
+                            help="the largest weight file: bytes, or with a unit (KB, MB, GB; KiB, MiB, GiB); "
+                                 "default 5GB as released")
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3}
+
+
+def byte_size(text: str) -> int:
+    """'5GB' -> 5_000_000_000, '300KiB' -> 307_200, '4096' -> 4096 (argparse's type: a usage error otherwise)."""
+    match = _SIZE.match(text)
+    size = int(float(match.group(1)) * _UNITS[(match.group(2) or "B").lower()]) if match else 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 5GB, 500MB, 300KiB or a byte count")
+    return size
+
+
 def run_export(args: argparse.Namespace) -> int:
-    from omni.governance.statements import ExportTally, export_statements, load_statement_map
+    if args.export_kind == "checkpoint":
+        return run_export_checkpoint(args)
+    return run_export_statements(args)
+
+
+def run_export_checkpoint(args: argparse.Namespace) -> int:
+    from omni.model.checkpoint import resolve_checkpoint_dir
+    from omni.model.export import export_checkpoint
+    from omni.model.shards import INDEX_FILE
+
+    out = export_checkpoint(resolve_checkpoint_dir(args.model), args.out, args.max_shard_size)
+    index = json.loads((out / INDEX_FILE).read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    print(f"omni export: {len(index['weight_map'])} backbone tensors ({index['metadata']['total_size']:,} bytes) in "
+          f"{len(shards)} shard{'s' if len(shards) != 1 else ''} with {INDEX_FILE}, the joint head and its config, "
+          f"the processor config in {out}", file=sys.stderr)
+    return 0
+
+
+def run_export_statements(args: argparse.Namespace) -> int:
     from omni.review.directory import ReviewDir
+    from omni.governance.statements import ExportTally, export_statements, load_statement_map
     from omni.serve.decision_log_files import read_records
 
     statement_map = load_statement_map(args.map_path)

@@ -1,8 +1,9 @@
 """The `omni` command: one subcommand per job, each wired from its own module; one place prints errors.
 
 `decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
-(api/cli/batch.py), `export statements` (api/cli/export.py), `replay` (api/cli/replay.py), `serve` and `review`
-(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
+(api/cli/batch.py), `export statements` and `export checkpoint` (api/cli/export.py), `replay` (api/cli/replay.py),
+`serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor`
+(api/cli/doctor.py). A caller's
 mistake is one line on stderr and exit 2, never a traceback; so is a missing torch (a wheel installed without it
 names the pip line to run). Knows nothing of model internals or HTTP.
 """
@@ -55,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
          learn.run_finetune),
         ("batch", "answer a backlog (JSONL of requests) into a resumable JSONL of records", batch.add_batch_arguments,
          batch.run_batch),
-        ("export", "export from a decision log: DSA statements of reasons", export.add_export_arguments,
-         export.run_export),
+        ("export", "export DSA statements of reasons from a decision log, or a checkpoint in the released layout",
+         export.add_export_arguments, export.run_export),
         ("replay", "re-run logged decisions (a decision log, a segment or SEGMENT.jsonl:LINE) and compare them",
          replay.add_replay_arguments, replay.run_replay),
         ("policy", "decision policies: fit thresholds from labelled data at a target precision, check a file",

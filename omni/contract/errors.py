@@ -93,6 +93,15 @@ class CheckpointError(OmniError):
     """A model directory is incomplete or does not match its config (missing/mismatched/unexpected keys, files)."""
 
 
+class CheckpointConfigError(CheckpointError):
+    """A checkpoint's config holds a value the model cannot run with: `field` is its path in `file`, the message
+    gives the numbers that disagree."""
+
+    def __init__(self, file: str, field: str, msg: str):
+        self.file, self.field = file, field
+        super().__init__(f"{file}: {field} {msg}")
+
+
 class Overloaded(OmniError):
     """The admission queue is full; retry after `retry_after_s`."""
 

@@ -16,7 +16,8 @@
     cache.py        ByteLRU: a thread-safe LRU bounded in bytes (the media and prefix caches)
     calibration.py  optional temperature scaling bound to a checkpoint
     fingerprint.py  the checkpoint's sha256 (kept per file in a sidecar) and the software versions, for audit records
-    export.py       a (fine-tuned) model back to the released layout
+    export.py       a (fine-tuned) model, or a whole checkpoint directory, written in the released layout
+    shards.py       backbone weights as numbered model-*.safetensors shards with model.safetensors.index.json
     tiny.py         a tiny random checkpoint built offline; checkpoints/ holds the embedded demo
     doctor/         `omni doctor`'s checks: the machine, a checkpoint's files and shapes (headers only), memory
 

@@ -3,8 +3,9 @@
 The only module that loads or runs `Qwen3OmniMoe*` model classes (`omni.model.tiny` names them too, to build a
 random checkpoint offline). Loading follows Clef-omni's reference loader: audio output disabled, strict key checks
 (only `talker.*` / `code2wav.*` may be unexpected), `lm_head` swapped for Identity while its weight is kept as the
-head's lexical table. Knows nothing of prompts, questions, answers or HTTP; it sees token ids, model-ready media
-tensors and per-record lengths.
+head's lexical table; M-RoPE sections that do not share out the head's rotary frequencies are refused first
+(`checkpoint.check_mrope_section`: transformers runs them, silently wrong). Knows nothing of prompts, questions,
+answers or HTTP; it sees token ids, model-ready media tensors and per-record lengths.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch import nn
 
 from omni.contract.errors import CheckpointError
 from omni.model import attention
+from omni.model.checkpoint import check_mrope_section
 from preprocess.processor import media_on_device
 
 if TYPE_CHECKING:
@@ -117,6 +119,7 @@ class Backbone:
         torch_dtype = resolve_dtype(dtype, device)
         config = AutoConfig.from_pretrained(directory)
         config.enable_audio_output = False
+        check_mrope_section(config)
         try:
             # with output_loading_info=True it returns (model, info), which its annotation does not say
             loaded: Any = Qwen3OmniMoeForConditionalGeneration.from_pretrained(

@@ -1,5 +1,6 @@
 """Where a checkpoint directory comes from and what it must hold: a local directory, a hub id (downloaded to the
-HF cache), or the embedded default; the files of the released layout; the release date shown in /v1/models.
+HF cache), or the embedded default; the files of the released layout and the config values the model cannot run with
+(M-RoPE sections that do not share out the head's rotary frequencies); the release date shown in /v1/models.
 
 The embedded default is the tiny demo model tuned on the synthetic inspection task, shipped in the package
 (`omni/model/checkpoints/tiny-inspection-v1`, 1.5 MB). Should an install lack it, a tiny *random* checkpoint is built
@@ -18,8 +19,9 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from omni.contract.errors import CheckpointError
+from omni.contract.errors import CheckpointConfigError, CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,9 @@ BACKBONE_FILES = ("config.json",)
 HEAD_FILES = ("joint_head_config.json", "joint_head.safetensors")
 TOKENIZER_FILES = ("tokenizer_config.json",)
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# transformers' Qwen3-Omni rotary embedding falls back to this when config.json names no mrope_section
+DEFAULT_MROPE_SECTION = (24, 20, 20)
+MROPE_FIELD = "thinker_config.text_config.rope_parameters.mrope_section"
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,25 @@ def check_checkpoint_files(directory: Path) -> None:
                      if any(name in HEAD_FILES for name in missing) else "")
         raise CheckpointError(f"{directory} is not a complete Clef-omni checkpoint; missing: {', '.join(missing)}"
                               f"{head_note}")
+
+
+def check_mrope_section(config: Any) -> None:
+    """Refuse a config whose M-RoPE (time, height, width) sections do not sum to head_dim / 2: each of the head's
+    rotary frequencies belongs to exactly one section. transformers accepts any sum and rotates some frequencies by
+    the wrong axis (or none); vLLM refuses it. CheckpointConfigError names the field and the numbers."""
+    text = config.thinker_config.text_config
+    rope = getattr(text, "rope_parameters", None) or {}
+    section = rope.get("mrope_section", DEFAULT_MROPE_SECTION)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    if not (isinstance(section, list | tuple) and len(section) == 3
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in section)):
+        raise CheckpointConfigError("config.json", MROPE_FIELD, f"is {section!r}: expected three whole numbers "
+                                    "(the time, height and width sections)")
+    if 2 * sum(section) != head_dim:
+        raise CheckpointConfigError(
+            "config.json", MROPE_FIELD, f"{list(section)} sums to {sum(section)}, but head_dim / 2 = {head_dim / 2:g} "
+            f"(head_dim {head_dim}): the time, height and width sections must share out the head's rotary "
+            "frequencies exactly")
 
 
 def release_date(directory: Path) -> str:

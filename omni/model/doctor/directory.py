@@ -1,6 +1,7 @@
 """The checks of a checkpoint directory, without loading a weight: its files (the loader's own check), every
 safetensors header whole, the backbone's and the head's tensor names and shapes against what their configs promise
-(`layout`), and the tokenizer and processor (loaded as the model loads them: they are small).
+(`layout`), the config values the loader refuses (M-RoPE sections: `omni.model.checkpoint.check_mrope_section`),
+and the tokenizer and processor (loaded as the model loads them: they are small).
 
 One finding per check, each naming what is wrong in the files' own names; the checks go on after a failure where they
 still can, so one run lists every problem. Knows nothing of devices, memory, argv or how findings are printed.
@@ -13,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omni.contract.errors import CheckpointError
-from omni.model.checkpoint import check_checkpoint_files
+from omni.contract.errors import CheckpointConfigError, CheckpointError
+from omni.model.checkpoint import check_checkpoint_files, check_mrope_section
 from omni.model.doctor import layout
 from omni.model.doctor.findings import Finding, gib, some_names
 from omni.model.doctor.headers import HeaderError, ShardHeader, TensorInfo, read_header
@@ -60,7 +61,7 @@ def check_directory(directory: Path) -> CheckpointReport:
         report.findings.append(Finding("backbone", "fail", str(exc)))
         config, expected = None, {}
     if config is not None:
-        report.findings.append(backbone_finding(expected, shards))
+        report.findings.append(backbone_finding(expected, shards, config))
     backbone_hidden = None if config is None else int(config.thinker_config.text_config.hidden_size)
     head_config, head_expected, finding = check_head(directory, backbone_hidden)
     report.findings.append(finding)
@@ -129,7 +130,12 @@ def shards_finding(shards: Shards) -> Finding:
                    "whole", data)
 
 
-def backbone_finding(expected: layout.Shapes, shards: Shards) -> Finding:
+def backbone_finding(expected: layout.Shapes, shards: Shards, config: Any) -> Finding:
+    """The backbone's tensors against config.json; a config the loader refuses (`check_mrope_section`) fails first."""
+    try:
+        check_mrope_section(config)
+    except CheckpointConfigError as exc:
+        return Finding("backbone", "fail", f"{exc} — the loader refuses it", {"field": exc.field})
     found = shards.tensors()
     if not shards.headers or (shards.unreadable and shards.index is None):
         return Finding("backbone", "fail", "tensors not compared: the weight files cannot be read (above)")
