@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from api.http import review_schemas, schemas
 from api.http.routes import require_role, service
 from api.http.settings import GUIDELINES_FLAG, Settings, SettingsError, guideline_entries
+from omni.contract.errors import quoted
 
 if TYPE_CHECKING:
     from markdown_it.token import Token
@@ -101,6 +102,6 @@ def queue_guidelines(request: Request, queue_id: str) -> dict:
         raise HTTPException(404, "review is off: start the server with --review-dir DIR")
     source = svc.review.sources.get(queue_id)
     if source is None and queue_id != "disagreements":
-        raise HTTPException(404, f"no review queue {queue_id!r}")
+        raise HTTPException(404, f"no review queue {quoted(queue_id)}")
     labels = (queue_id, source.name, source.kind) if source is not None else (queue_id,)
     return svc.guidelines.for_queue(*labels) if svc.guidelines is not None else EMPTY

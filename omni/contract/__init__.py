@@ -9,7 +9,7 @@
     answers.py      probabilities -> System One answers (rounding, confidence)
     batch_file.py   the `omni batch` output file: one record per input line, the last record of a line wins
     config.py       EngineConfig, which checks its own values
-    errors.py       typed errors, no status codes
+    errors.py       typed errors, no status codes; `quoted` / `clipped`: the short prefix an error echoes of a value
     audit.py        the audit record of a decision (model, calibration, prompt, media, runtime): its JSON form
     avrik.py        avrik's `audit` object (what avrik's published client requires), filled from the audit record
     policy.py       a decision policy (TOML): read, checked, versioned by its sha256; swapped whole on reload
