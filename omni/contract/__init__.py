@@ -13,6 +13,7 @@
     audit.py        the audit record of a decision (model, calibration, prompt, media, runtime): its JSON form
     avrik.py        avrik's `audit` object (what avrik's published client requires), filled from the audit record
     policy.py       a decision policy (TOML): read, checked, versioned by its sha256; swapped whole on reload
+    toml_text.py    operators' TOML (policies, statement maps) parsed with its nesting bounded (never a RecursionError)
     outcomes.py     answers + a policy -> act / review / pass per question and overall (`x_outcome`)
 
 A media item is `preprocess.item.MediaItem` (the decoders' errors carry it). Knows nothing of torch, the model,
