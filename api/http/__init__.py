@@ -15,6 +15,7 @@
     review_schemas.py  the review routes' shapes and request bodies for the OpenAPI docs
     metrics.py     Prometheus metrics of one app
     webhooks.py    signed webhook deliveries: bounded queue, retries with backoff, dead-letter file, drain
+    webhook_transport.py  an httpx transport whose every request (a delivery attempt) is bounded as a whole
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
 
 Knows the engine only through its serving surface (readiness, submit, info, stats) and never imports torch.

@@ -6,9 +6,9 @@ dead-letter file, reason `queue_full`, not fsynced on the caller's thread). Work
 `X-Omni-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "<t>." + body>` (signed afresh on every attempt) and
 `Idempotency-Key: <request id>` (the same on every attempt). Non-2xx, a refused or dropped connection and a timeout
 are retried with capped exponential backoff and full jitter (`Retry-After` on 429/503 honoured up to
-`backoff_max_s`). Retries wait in a heap of due times, not in a worker, so a failing or hanging receiver holds one
-worker for one attempt at most (`timeout_s` per connect/read/write), never the queue. After `max_tries`, and for
-whatever is still queued or in flight when `stop()`'s drain time runs out, one JSON line goes to the dead-letter file
+`backoff_max_s`). Retries wait in a heap of due times, not in a worker, so a failing, hanging or trickling receiver
+holds one worker for one attempt at most (`timeout_s` for the whole attempt: `api.http.webhook_transport`), never the
+queue. After `max_tries`, and for whatever is still queued or in flight when `stop()`'s drain time runs out, one JSON line goes to the dead-letter file
 (mode 0600, O_APPEND, fsynced); a line that cannot be written is logged whole and counted: nothing goes silently.
 Delivery is at least once: receivers deduplicate by `Idempotency-Key`. `check_reachable` is the startup check of the
 URL; `sign` and `verify` are what a receiver does (docs/policies.md shows it).
@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from api.http.webhook_transport import AttemptTransport
 from omni.contract.errors import OmniError
 
 log = logging.getLogger(__name__)
@@ -171,8 +172,9 @@ class WebhookSender:
 
     def __init__(self, config: WebhookConfig, client_factory: Callable[[], httpx.Client] | None = None):
         self.config = config
-        self._client_factory = client_factory or (lambda: httpx.Client(
-            timeout=config.timeout_s, follow_redirects=False, trust_env=False))
+        self._client_factory = client_factory or (lambda: httpx.Client(   # timeout_s: each operation AND the attempt
+            transport=AttemptTransport(config.timeout_s), timeout=config.timeout_s, follow_redirects=False,
+            trust_env=False))
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Letter]] = []       # (due on the monotonic clock, sequence, letter)
         self._seq = itertools.count()
