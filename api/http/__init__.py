@@ -16,6 +16,7 @@
     metrics.py     Prometheus metrics of one app
     webhooks.py    signed webhook deliveries: bounded queue, retries with backoff, dead-letter file, drain
     webhook_transport.py  an httpx transport whose every request (a delivery attempt) is bounded as a whole
+    dead_letters.py  the webhook dead-letter file: lines appended whole; what it does not take waits and is retried
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
 
 Knows the engine only through its serving surface (readiness, submit, info, stats) and never imports torch.
