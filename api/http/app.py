@@ -1,8 +1,8 @@
 """`create_app(settings, engine=None)`: the FastAPI application around one DecisionEngine.
 
-Wires the routes, the error table, a request-context middleware (request id on every response, access metrics,
-the 500 fallback) and the lifespan: the engine loads in a background thread so /health answers at once and /ready
-turns 200 when the model is warm; shutdown drains the engine. No module-level app, engine or settings.
+Wires the routes, the error table, a request-context middleware (request id and nosniff on every response, access
+metrics, the 500 fallback) and the lifespan: the engine loads in a background thread so /health answers at once and
+/ready turns 200 when the model is warm; shutdown drains the engine. No module-level app, engine or settings.
 Knows nothing of argv, uvicorn or the environment (see api/http/settings.py and api/cli/serve.py).
 """
 from __future__ import annotations
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("omni.api")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 VERSION = "0.1.0"
 
 
@@ -221,8 +222,9 @@ def _envelope(scope: Scope) -> str:
 
 
 class RequestContext:
-    """Pure ASGI middleware: request id (the caller's `x-request-id` if sane, else a new one) on every response,
-    access metrics by route template, and a 500 with the request id (no internals) for anything unhandled."""
+    """Pure ASGI middleware: request id (the caller's `x-request-id` if sane, else a new one) and
+    `X-Content-Type-Options: nosniff` on every response, access metrics by route template, and a 500 with the request
+    id (no internals) for anything unhandled."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, request_id_header: bool = True):
         self.app = app
@@ -244,7 +246,10 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 status["code"], status["started"] = message["status"], True
                 ids = request_id.encode("latin-1")
-                message["headers"] = [*message.get("headers", []), *((name, ids) for name in self.id_headers)]
+                headers = [*message.get("headers", []), *((name, ids) for name in self.id_headers)]
+                if not any(name.lower() == NOSNIFF[0] for name, _ in headers):
+                    headers.append(NOSNIFF)      # a browser takes every body as the type it is sent as, never guesses
+                message["headers"] = headers
             await send(message)
 
         try:
