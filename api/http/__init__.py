@@ -11,6 +11,7 @@
     ui.py          the workbench page at /ui (its files are in static/: index.html, app.js, app.css, icon.svg)
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
+    drain.py       the drain gate: once draining, new requests get 503 (Retry-After, Connection: close)
     schemas.py     pydantic shapes for the OpenAPI docs (never used to validate)
     review_schemas.py  the review routes' shapes and request bodies for the OpenAPI docs
     metrics.py     Prometheus metrics of one app

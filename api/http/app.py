@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.http import schemas
 from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
+from api.http.drain import DrainGate
 from api.http.errors import error_payload, handled_classes
 from api.http.guidelines import Guidelines
 from api.http.guidelines import router as guidelines_router
@@ -77,6 +78,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc.parse_limiter = anyio.CapacityLimiter(settings.parse_threads)
+        svc.drain_started = None           # serving (again: an app drained and started anew takes requests)
         if webhooks is not None:
             webhooks.start()
         if not engine.ready:
@@ -109,6 +111,9 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
         app.include_router(ui_router)
     for cls in handled_classes():
         app.add_exception_handler(cls, _handle)
+    app.add_middleware(DrainGate, draining=lambda: svc.drain_started is not None,     # its 503: RequestContext shapes it
+                       envelopes={route.path_regex: "cloudflare" for route in cloudflare_router.routes
+                                  if isinstance(route, Route)})
     app.add_middleware(RequestContext, metrics=svc.metrics, request_id_header=request_id_header)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented way to extend it
     return app
