@@ -1,16 +1,32 @@
-"""What a real `omni serve` does between SIGTERM and its exit, as docs/serving.md promises: a request in flight (its
-body still arriving) finishes with its answer, while a new connection meanwhile gets a 503 in the error shape with
-Retry-After and Connection: close (not a refused connection); /ready says draining; then the process exits 0."""
+"""What a real `omni serve` does between SIGTERM and its exit, as docs/serving.md promises: a request in flight (the
+route waiting for its body) finishes with its answer, while a new connection meanwhile gets a 503 in the error shape
+with Retry-After and Connection: close (not a refused connection); /ready says draining; then the process exits 0."""
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 
 import httpx
 
 from tests.integration.cli.test_serve_subprocess import BODY, Server
-from tests.integration.cli.test_serve_uploads import partial_upload, read_response
+from tests.integration.cli.test_serve_uploads import read_response
+
+
+def upload_in_flight(port: int, length: int) -> socket.socket:
+    """A decision whose body is not sent yet, but which the app is already reading: with `Expect: 100-continue`
+    the server says `100 Continue` only once the route asks for the body."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Expect: 100-continue\r\nContent-Length: " + str(length).encode() + b"\r\n\r\n")
+    interim = b""
+    while b"\r\n\r\n" not in interim:
+        chunk = sock.recv(1)
+        assert chunk, "the server closed the connection"
+        interim += chunk
+    assert interim.startswith(b"HTTP/1.1 100 "), interim
+    return sock
 
 
 def first_answer_after_the_signal(srv: Server, path: str) -> httpx.Response:
@@ -28,8 +44,7 @@ def test_new_requests_get_503_while_the_ones_in_flight_finish(tiny_dir, tmp_path
     srv = Server(tmp_path, "--model", str(tiny_dir), "--body-timeout-s", "60", "--drain-timeout-s", "60").wait_ready()
     try:
         whole = json.dumps(BODY).encode()
-        sock = partial_upload(srv.port, len(whole), whole[:10])     # in flight: the rest of its body comes later
-        time.sleep(0.5)                     # let the server read its head (a head start, not an assertion)
+        sock = upload_in_flight(srv.port, len(whole))               # in flight: its body comes later
         srv.proc.send_signal(signal.SIGTERM)
         try:
             refused = first_answer_after_the_signal(srv, "/v1/models")
@@ -44,7 +59,7 @@ def test_new_requests_get_503_while_the_ones_in_flight_finish(tiny_dir, tmp_path
         assert ready.status_code == 503
         assert ready.json()["status"] == "draining"
         assert srv.proc.poll() is None                              # still draining: the upload is in flight
-        sock.sendall(whole[10:])
+        sock.sendall(whole)
         status, _headers, answer = read_response(sock)
         sock.close()
         assert status == 200, answer[:300]
