@@ -83,7 +83,9 @@ class WebhookConfig:
                     (not 0 < self.backoff_base_s <= self.backoff_max_s, "backoff_base_s",
                      f"must be above 0 and at most backoff_max_s ({self.backoff_max_s}), not {self.backoff_base_s}"),
                     (not self.drain_timeout_s >= 0, "drain_timeout_s", f"must be 0 or more, not {self.drain_timeout_s}"),
-                    (self.workers < 1, "workers", f"must be at least 1, not {self.workers}")]
+                    (self.workers < 1, "workers", f"must be at least 1, not {self.workers}"),
+                    (not self.dead_letter_retry_s > 0, "dead_letter_retry_s",
+                     f"must be above 0, not {self.dead_letter_retry_s}")]
         for broken, name, why in problems:
             if broken:
                 raise WebhookError(f"{name} {why}")
