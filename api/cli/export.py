@@ -82,8 +82,8 @@ def run_export_checkpoint(args: argparse.Namespace) -> int:
 
 
 def run_export_statements(args: argparse.Namespace) -> int:
-    from omni.review.directory import ReviewDir
     from omni.governance.statements import ExportTally, export_statements, load_statement_map
+    from omni.review.directory import ReviewDir
     from omni.serve.decision_log_files import read_records
 
     statement_map = load_statement_map(args.map_path)

@@ -1,17 +1,20 @@
 """`omni serve`: argv + `OMNI_*` settings -> uvicorn running `create_app`. SIGTERM drains in-flight work.
 
 `add_serve_arguments(parser)` adds the flags (one per setting, generated from api/http/settings.py so env names and
-flags never drift); `run_serve(args) -> int` runs until SIGTERM/SIGINT: /ready turns 503, uvicorn stops accepting
-connections and waits (up to the drain timeout) for requests in flight, then the engine drains and stops.
+flags never drift); `run_serve(args) -> int` runs until SIGTERM/SIGINT: /ready turns 503 and new requests get 503
+(Retry-After, Connection: close) on a listener kept open while requests are in flight; once they are done (or the
+drain timeout is up) uvicorn closes the listener and the rest of the drain runs: the engine drains and stops.
 With `--ray` the same settings start the app on Ray Serve instead (`api/cluster/launch.py`).
 Exit codes: 0 clean stop, 1 the model failed to load, 2 bad settings. Knows nothing of routes or the model.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import signal
+import socket
 import sys
 import time
 import typing
@@ -23,6 +26,8 @@ from api.http.settings import Settings, SettingsError, cli_fields, is_media_limi
 from omni.contract.errors import OmniError
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from api.http.dependencies import ServiceState
 
 log = logging.getLogger("omni.serve")
@@ -103,22 +108,11 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
         return 2
     svc = app.state.service
 
-    class DrainingServer(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            if svc.drain_started is None:
-                log.info("signal %s: draining (up to %.0f s for requests in flight)", sig, settings.drain_s)
-            svc.begin_drain()  # /ready -> 503 at once; uvicorn then waits for open requests
-            super().handle_exit(sig, frame)
-            if sig == signal.SIGTERM:  # a drained SIGTERM is a clean stop: exit 0, don't re-raise it afterwards
-                captured = getattr(self, "_captured_signals", None)
-                if isinstance(captured, list) and sig in captured:
-                    captured.remove(sig)
-
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
                             # uvicorn waits a float number of seconds; its annotation says int
                             timeout_graceful_shutdown=settings.drain_s,  # type: ignore[arg-type]
                             lifespan="on", server_header=False)
-    server = holder["server"] = DrainingServer(config)
+    server = holder["server"] = _draining_server(config, svc, settings.drain_s)
     _reload_on_sighup(svc)
     log.info("omni serve on http://%s:%d (docs at /docs)", settings.host, settings.port)
     server.run()
@@ -126,6 +120,34 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
         log.error("exiting: the model failed to load")
         return 1
     return 0
+
+
+def _draining_server(config: uvicorn.Config, svc: ServiceState, drain_s: float) -> uvicorn.Server:
+    """uvicorn's server, draining on SIGTERM/SIGINT: /ready turns 503 at once and new requests get the app's 503 on
+    a listener kept open while requests are in flight (up to `drain_s`); then uvicorn closes it and waits the rest."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            """Keep listening while requests are in flight (new ones get the app's 503, not a refused connection),
+            then let uvicorn close the listeners and wait what is left of the drain time."""
+            deadline = time.monotonic() + drain_s
+            while self.server_state.tasks and not self.force_exit and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            self.config.timeout_graceful_shutdown = max(0.0, deadline - time.monotonic())  # type: ignore[assignment]
+            await super().shutdown(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if svc.drain_started is None:
+                log.info("signal %s: draining (up to %.0f s for requests in flight)", sig, drain_s)
+            svc.begin_drain()  # /ready -> 503 at once; uvicorn then waits for open requests
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:  # a drained SIGTERM is a clean stop: exit 0, don't re-raise it afterwards
+                captured = getattr(self, "_captured_signals", None)
+                if isinstance(captured, list) and sig in captured:
+                    captured.remove(sig)
+
+    return DrainingServer(config)
 
 
 def _reload_on_sighup(svc: ServiceState) -> None:

@@ -12,10 +12,13 @@
     ui.py          the workbench page at /ui (its files are in static/: index.html, app.js, app.css, icon.svg)
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)
+    drain.py       the drain gate: once draining, new requests get 503 (Retry-After, Connection: close)
     schemas.py     pydantic shapes for the OpenAPI docs (never used to validate)
     review_schemas.py  the review routes' shapes and request bodies for the OpenAPI docs
     metrics.py     Prometheus metrics of one app
     webhooks.py    signed webhook deliveries: bounded queue, retries with backoff, dead-letter file, drain
+    webhook_transport.py  an httpx transport whose every request (a delivery attempt) is bounded as a whole
+    dead_letters.py  the webhook dead-letter file: lines appended whole; what it does not take waits and is retried
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
 
 Knows the engine only through its serving surface (readiness, submit, info, stats) and never imports torch.

@@ -1,8 +1,8 @@
 """`create_app(settings, engine=None)`: the FastAPI application around one DecisionEngine.
 
-Wires the routes, the error table, a request-context middleware (request id on every response, access metrics,
-the 500 fallback) and the lifespan: the engine loads in a background thread so /health answers at once and /ready
-turns 200 when the model is warm; shutdown drains the engine. No module-level app, engine or settings.
+Wires the routes, the error table, a request-context middleware (request id and nosniff on every response, access
+metrics, the 500 fallback) and the lifespan: the engine loads in a background thread so /health answers at once and
+/ready turns 200 when the model is warm; shutdown drains the engine. No module-level app, engine or settings.
 Knows nothing of argv, uvicorn or the environment (see api/http/settings.py and api/cli/serve.py).
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from api.http import schemas
 from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
 from api.http.dependencies import ServiceState
+from api.http.drain import DrainGate
 from api.http.errors import error_payload, handled_classes
 from api.http.guidelines import Guidelines
 from api.http.metrics import Metrics
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("omni.api")
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 VERSION = "0.1.0"
 
 
@@ -76,6 +78,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         svc.parse_limiter = anyio.CapacityLimiter(settings.parse_threads)
+        svc.drain_started = None           # serving (again: an app drained and started anew takes requests)
         if webhooks is not None:
             webhooks.start()
         if not engine.ready:
@@ -107,6 +110,9 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,
         app.include_router(ui_router)
     for cls in handled_classes():
         app.add_exception_handler(cls, _handle)
+    app.add_middleware(DrainGate, draining=lambda: svc.drain_started is not None,     # its 503: RequestContext shapes it
+                       envelopes={route.path_regex: "cloudflare" for route in cloudflare_router.routes
+                                  if isinstance(route, Route)})
     app.add_middleware(RequestContext, metrics=svc.metrics, request_id_header=request_id_header)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]  # FastAPI's documented way to extend it
     return app
@@ -220,8 +226,9 @@ def _envelope(scope: Scope) -> str:
 
 
 class RequestContext:
-    """Pure ASGI middleware: request id (the caller's `x-request-id` if sane, else a new one) on every response,
-    access metrics by route template, and a 500 with the request id (no internals) for anything unhandled."""
+    """Pure ASGI middleware: request id (the caller's `x-request-id` if sane, else a new one) and
+    `X-Content-Type-Options: nosniff` on every response, access metrics by route template, and a 500 with the request
+    id (no internals) for anything unhandled."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, request_id_header: bool = True):
         self.app = app
@@ -243,7 +250,10 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 status["code"], status["started"] = message["status"], True
                 ids = request_id.encode("latin-1")
-                message["headers"] = [*message.get("headers", []), *((name, ids) for name in self.id_headers)]
+                headers = [*message.get("headers", []), *((name, ids) for name in self.id_headers)]
+                if not any(name.lower() == NOSNIFF[0] for name, _ in headers):
+                    headers.append(NOSNIFF)      # a browser takes every body as the type it is sent as, never guesses
+                message["headers"] = headers
             await send(message)
 
         try:

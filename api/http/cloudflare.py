@@ -18,7 +18,7 @@ from api.http import schemas
 from api.http.dependencies import require_api_key
 from api.http.errors import NoRoute
 from api.http.routes import decide, kept
-from omni.contract.errors import InvalidRequest
+from omni.contract.errors import InvalidRequest, quoted
 
 MODELS = ("clef-omni", "clef")      # `clef` too: the same request shape; this server runs one Clef model
 
@@ -54,6 +54,6 @@ def route_model(body: Any, model_name: str) -> Any:
         return body
     model = body["model"]
     if model is not None and (not isinstance(model, str) or model.strip() != model_name):
-        raise InvalidRequest.one(("model",), f"model {model!r} contradicts the route @cf/cloudflare/{model_name}; "
-                                 f"send {model_name!r} or leave it out", "value_error")
+        raise InvalidRequest.one(("model",), f"model {quoted(model)} contradicts the route "
+                                 f"@cf/cloudflare/{model_name}; send {model_name!r} or leave it out", "value_error")
     return {key: value for key, value in body.items() if key != "model"}

@@ -73,6 +73,10 @@ class NoRoute(ApiError):
     """A Cloudflare model route this server does not run (e.g. @cf/cloudflare/clef-flash)."""
 
 
+class Draining(ApiError):
+    """A request that arrived after the server began to drain (SIGTERM): try another replica, or again later."""
+
+
 # ---------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class Rule:
@@ -115,6 +119,7 @@ TABLE: dict[type[Exception], Rule] = {
     PolicyError: Rule(422, "policy_error", 5012),     # the operator's policy file no longer reads (a reload)
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
     NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),
+    Draining: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5", "Connection": "close"}),
     DeadlineExceeded: Rule(504, "timeout", 5012),
     StarletteHTTPException: Rule(None, "http_error", 7000, message=lambda e: str(getattr(e, "detail", "")),
                                  headers=lambda e: dict(getattr(e, "headers", None) or {})),

@@ -28,7 +28,7 @@ from api.http.dependencies import require_role, service
 from api.http.guidelines import EMPTY
 from api.http.identity import caller_of
 from omni.contract.answers import label_id
-from omni.contract.errors import InvalidRequest
+from omni.contract.errors import InvalidRequest, clipped, quoted
 from omni.contract.json_values import load_json
 from omni.contract.outcomes import OUTCOMES
 from omni.review.filters import STATE_FILTERS, ItemFilter, ReviewInputError
@@ -132,8 +132,8 @@ async def label(request: Request, queue_id: str, key: str) -> dict:
         if isinstance(value, (bool, int)):
             labels[qid] = label_id(value)
         elif value is not None and not isinstance(value, str):
-            raise InvalidRequest.one(("labels", qid), "a label is an answer: true or false (noul), an option id "
-                                                      "(choice), a level index (score), or null to clear it")
+            raise InvalidRequest.one(("labels", clipped(qid)), "a label is an answer: true or false (noul), an "
+                                                      "option id (choice), a level index (score), or null to clear it")
     queues = _queues(request)
     try:
         return await anyio.to_thread.run_sync(_found, queues.label, queue_id, key, labels, _viewer(request))
@@ -205,14 +205,14 @@ def figure(request: Request, report_id: str, name: str) -> Response:
     path = _report(request, report_id)
     figures = {p.name: p for p in path.glob("*.png")}
     if name not in figures:                      # only names listed in the directory: never a caller's path
-        raise HTTPException(404, f"report {report_id} has no figure {name!r}")
+        raise HTTPException(404, f"report {report_id} has no figure {quoted(name)}")
     return Response(figures[name].read_bytes(), media_type="image/png")
 
 
 def _report(request: Request, report_id: str) -> Path:
     path = service(request).reports.get(report_id)
     if path is None:
-        raise HTTPException(404, f"no report {report_id!r}")
+        raise HTTPException(404, f"no report {quoted(report_id)}")
     return path
 
 
@@ -224,6 +224,6 @@ def queue_guidelines(request: Request, queue_id: str) -> dict:
         raise HTTPException(404, "review is off: start the server with --review-dir DIR")
     source = svc.review.sources.get(queue_id)
     if source is None and queue_id != "disagreements":
-        raise HTTPException(404, f"no review queue {queue_id!r}")
+        raise HTTPException(404, f"no review queue {quoted(queue_id)}")
     labels = (queue_id, source.name, source.kind) if source is not None else (queue_id,)
     return svc.guidelines.for_queue(*labels) if svc.guidelines is not None else EMPTY

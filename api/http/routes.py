@@ -231,6 +231,10 @@ async def ready(request: Request) -> JSONResponse:
         problem = decision_log.stats().last_error or "its writer is not running"
         return JSONResponse({"status": "failed", "message": f"the decision log cannot be written: {problem}"},
                             status_code=503, headers={"Retry-After": "5"})
+    lost = svc.webhooks.dead_letter_problem() if svc.webhooks is not None else None
+    if lost is not None:                # undeliverable decisions could not be kept either: the same loss
+        return JSONResponse({"status": "failed", "message": f"the webhook dead-letter file cannot be written: {lost}"},
+                            status_code=503, headers={"Retry-After": "5"})
     if svc.engine.ready and not draining:
         return JSONResponse({"status": "ready"})
     status = "failed" if svc.load_error else "draining" if draining else "loading"

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 from api.http.errors import BodyTooLarge, UnsupportedContentType
-from omni.contract.errors import InvalidRequest
+from omni.contract.errors import InvalidRequest, clipped, quoted
 from omni.contract.json_values import load_json
 from omni.contract.types import Part
 
@@ -41,10 +41,10 @@ def check_content_headers(content_type: str | None, content_encoding: str | None
     """Refuse (415) a Content-Type or Content-Encoding we cannot read, before reading the body."""
     for enc in _encodings(content_encoding):
         if enc not in ENCODINGS:
-            raise UnsupportedContentType(f"Content-Encoding {enc!r} is not supported; send zstd, gzip or none")
+            raise UnsupportedContentType(f"Content-Encoding {quoted(enc)} is not supported; send zstd, gzip or none")
     mime = _mime(content_type)
     if mime != "multipart/form-data" and mime not in JSON_TYPES and not mime.endswith("+json"):
-        raise UnsupportedContentType(f"Content-Type {mime!r} is not supported; send application/json "
+        raise UnsupportedContentType(f"Content-Type {quoted(mime)} is not supported; send application/json "
                                      "or multipart/form-data with a `request` part")
 
 
@@ -158,6 +158,6 @@ def _from_multipart(data: bytes, content_type: str, max_parts: int) -> WireBody:
         msg = "Field required" if not requests else "exactly one `request` part is allowed"
         raise InvalidRequest.one(("request",), msg, "missing" if not requests else "value_error")
     named = [Part(p.name, bytes(p.data), p.content_type or None,
-                  f"multipart part {p.name!r}" + (f" ({p.filename})" if p.filename else ""))
+                  f"multipart part {quoted(p.name)}" + (f" ({clipped(p.filename)})" if p.filename else ""))
              for p in parts if p.name != "request"]
     return WireBody(load_json(bytes(requests[0].data), ("request",)), named)

@@ -13,6 +13,8 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
+from omni.contract.errors import quoted
+
 router = APIRouter(include_in_schema=False)
 FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
          "dom.js": "text/javascript; charset=utf-8", "team.js": "text/javascript; charset=utf-8",
@@ -25,7 +27,7 @@ HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
 
 def _file(name: str) -> Response:
     if name not in FILES:
-        raise HTTPException(404, f"no workbench file {name!r}")
+        raise HTTPException(404, f"no workbench file {quoted(name)}")
     data = resources.files("api.http").joinpath("static").joinpath(name).read_bytes()
     return Response(data, media_type=FILES[name], headers=HEADERS)
 

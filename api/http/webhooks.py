@@ -6,10 +6,12 @@ dead-letter file, reason `queue_full`, not fsynced on the caller's thread). Work
 `X-Omni-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "<t>." + body>` (signed afresh on every attempt) and
 `Idempotency-Key: <request id>` (the same on every attempt). Non-2xx, a refused or dropped connection and a timeout
 are retried with capped exponential backoff and full jitter (`Retry-After` on 429/503 honoured up to
-`backoff_max_s`). Retries wait in a heap of due times, not in a worker, so a failing or hanging receiver holds one
-worker for one attempt at most (`timeout_s` per connect/read/write), never the queue. After `max_tries`, and for
-whatever is still queued or in flight when `stop()`'s drain time runs out, one JSON line goes to the dead-letter file
-(mode 0600, O_APPEND, fsynced); a line that cannot be written is logged whole and counted: nothing goes silently.
+`backoff_max_s`). Retries wait in a heap of due times, not in a worker, so a failing, hanging or trickling receiver
+holds one worker for one attempt at most (`timeout_s` for the whole attempt: `api.http.webhook_transport`), never the
+queue. After `max_tries`, and for whatever is still queued or in flight when `stop()`'s drain time runs out, one JSON
+line goes to the dead-letter file (`api.http.dead_letters`: mode 0600, O_APPEND, fsynced); a line the file does not
+take is logged whole, counted and kept in memory to be written when it can; meanwhile `dead_letter_problem()` says
+why (for /ready).
 Delivery is at least once: receivers deduplicate by `Idempotency-Key`. `check_reachable` is the startup check of the
 URL; `sign` and `verify` are what a receiver does (docs/policies.md shows it).
 
@@ -24,7 +26,6 @@ import hmac
 import itertools
 import json
 import logging
-import os
 import random
 import socket
 import threading
@@ -40,6 +41,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from api.http.dead_letters import DeadLetterFile
+from api.http.webhook_transport import AttemptTransport
 from omni.contract.errors import OmniError
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ class WebhookConfig:
     queue_size: int = 1000
     drain_timeout_s: float = 10.0
     workers: int = 4
+    dead_letter_retry_s: float = 5.0        # how often lines the dead-letter file did not take are tried again
 
     def __post_init__(self) -> None:
         split_url(self.url)
@@ -79,7 +83,9 @@ class WebhookConfig:
                     (not 0 < self.backoff_base_s <= self.backoff_max_s, "backoff_base_s",
                      f"must be above 0 and at most backoff_max_s ({self.backoff_max_s}), not {self.backoff_base_s}"),
                     (not self.drain_timeout_s >= 0, "drain_timeout_s", f"must be 0 or more, not {self.drain_timeout_s}"),
-                    (self.workers < 1, "workers", f"must be at least 1, not {self.workers}")]
+                    (self.workers < 1, "workers", f"must be at least 1, not {self.workers}"),
+                    (not self.dead_letter_retry_s > 0, "dead_letter_retry_s",
+                     f"must be above 0, not {self.dead_letter_retry_s}")]
         for broken, name, why in problems:
             if broken:
                 raise WebhookError(f"{name} {why}")
@@ -171,8 +177,9 @@ class WebhookSender:
 
     def __init__(self, config: WebhookConfig, client_factory: Callable[[], httpx.Client] | None = None):
         self.config = config
-        self._client_factory = client_factory or (lambda: httpx.Client(
-            timeout=config.timeout_s, follow_redirects=False, trust_env=False))
+        self._client_factory = client_factory or (lambda: httpx.Client(   # timeout_s: each operation AND the attempt
+            transport=AttemptTransport(config.timeout_s), timeout=config.timeout_s, follow_redirects=False,
+            trust_env=False))
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Letter]] = []       # (due on the monotonic clock, sequence, letter)
         self._seq = itertools.count()
@@ -181,8 +188,8 @@ class WebhookSender:
         self._accepting = True
         self._closed = False
         self._threads: list[threading.Thread] = []
-        self._dead_lock = threading.Lock()
-        self._dead_fd: int | None = None
+        self._dead = DeadLetterFile(config.dead_letter_path, retry_s=config.dead_letter_retry_s,
+                                    max_waiting=config.queue_size)
         try:
             version = metadata.version("omni-decide")
         except metadata.PackageNotFoundError:
@@ -195,8 +202,11 @@ class WebhookSender:
 
     def start(self) -> None:
         """Open the dead-letter file (WebhookError naming `--webhook-dead-letter` if it cannot be) and the workers."""
-        with self._dead_lock:
-            self._dead_fd = self._open_dead_letter()
+        try:
+            self._dead.open()
+        except OSError as e:
+            raise WebhookError(f"--webhook-dead-letter {str(self._dead.path)!r} cannot be opened for appending "
+                               f"({e.strerror or e})") from None
         clients = [self._client_factory() for _ in range(self.config.workers)]
         for i, client in enumerate(clients):
             thread = threading.Thread(target=self._work, args=(client,), name=f"omni-webhook-{i}", daemon=True)
@@ -226,7 +236,13 @@ class WebhookSender:
         """Counters for /metrics: delivered, retried (attempts after the first), failed_attempts, dropped,
         dead_lettered, dead_letter_errors; and gauges queue_depth (waiting, retries included) and in_flight."""
         with self._cond:
-            return {**self._counts, "queue_depth": len(self._heap), "in_flight": len(self._in_flight)}
+            counts = {**self._counts, "queue_depth": len(self._heap), "in_flight": len(self._in_flight)}
+        return {**counts, "dead_lettered": self._dead.written, "dead_letter_errors": self._dead.failed}
+
+    def dead_letter_problem(self) -> str | None:
+        """Why undeliverable decisions cannot be kept in the dead-letter file now (they wait in memory and are
+        retried), or None: for /ready."""
+        return self._dead.problem()
 
     def stop(self) -> None:
         """Take no more; deliver what is queued or in flight for up to `drain_timeout_s`; dead-letter the rest."""
@@ -247,10 +263,7 @@ class WebhookSender:
             self._dead_letter(letter, reason)
         for thread in self._threads:        # idle workers leave at once; one mid-attempt is not waited for long
             thread.join(timeout=max(0.05, deadline - time.monotonic()))
-        with self._dead_lock:
-            if self._dead_fd is not None:
-                os.close(self._dead_fd)
-                self._dead_fd = None
+        self._dead.close()
 
     def _work(self, client: httpx.Client) -> None:
         with client:
@@ -309,38 +322,11 @@ class WebhookSender:
             letter.done = True
         self._dead_letter(letter, "max_tries" if letter.tries >= self.config.max_tries else "shutdown")
 
-    def _open_dead_letter(self) -> int:
-        path = self.config.dead_letter_path
-        try:
-            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        except OSError as e:
-            raise WebhookError(f"--webhook-dead-letter {str(path)!r} cannot be opened for appending "
-                               f"({e.strerror or e})") from None
-
     def _dead_letter(self, letter: _Letter, reason: str, sync: bool = True) -> None:
-        """Append one line {request_id, reason, tries, last_error, dead_lettered_at, payload}: one write, fsynced
-        (`sync` False: not fsynced, for a caller that must not wait on the disk)."""
+        """Append one line {request_id, reason, tries, last_error, dead_lettered_at, payload}, fsynced (`sync` False:
+        not fsynced, for a caller that must not wait on the disk); one the file does not take waits in memory."""
         record = {"request_id": letter.request_id, "reason": reason, "tries": letter.tries,
                   "last_error": letter.last_error or None,
                   "dead_lettered_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
                   "payload": json.loads(letter.body)}
-        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-        try:
-            with self._dead_lock:       # one writer at a time: lines never interleave
-                fd = self._dead_fd if self._dead_fd is not None else self._open_dead_letter()   # after stop()
-                try:
-                    view = memoryview(line)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    if sync:
-                        os.fsync(fd)
-                finally:
-                    if fd != self._dead_fd:
-                        os.close(fd)
-        except (OSError, WebhookError) as e:
-            log.critical("webhook dead letter NOT written (%s); the letter follows: %s", e, line.decode().rstrip())
-            with self._cond:
-                self._counts["dead_letter_errors"] += 1
-            return
-        with self._cond:
-            self._counts["dead_lettered"] += 1
+        self._dead.append((json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode(), sync)

@@ -11,10 +11,11 @@
     request_line.py one request per line with media file paths (datasets, `omni batch` backlogs, replayed logs)
     batch_file.py   the `omni batch` output file: one record per input line, the last record of a line wins
     config.py       EngineConfig, which checks its own values
-    errors.py       typed errors, no status codes
+    errors.py       typed errors, no status codes; `quoted` / `clipped`: the short prefix an error echoes of a value
     audit.py        the audit record of a decision (model, calibration, prompt, media, runtime): its JSON form
     avrik.py        avrik's `audit` object (what avrik's published client requires), filled from the audit record
     policy.py       a decision policy (TOML): read, checked, versioned by its sha256; swapped whole on reload
+    toml_text.py    operators' TOML (policies, statement maps) parsed with its nesting bounded (never a RecursionError)
     outcomes.py     answers + a policy -> act / review / pass per question and overall (`x_outcome`)
 
 A media item is `preprocess.item.MediaItem` (the decoders' errors carry it). Knows nothing of torch, the model,

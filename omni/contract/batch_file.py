@@ -25,7 +25,7 @@ def read_batch_output(path: str | Path) -> dict[int, JSONObject]:
     for text in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):    # not JSON, or nested past what the parser can hold: not a record
             continue
         if isinstance(record, dict) and isinstance(record.get("line"), int) and ("response" in record
                                                                                  or "error" in record):

@@ -4,6 +4,7 @@ Knows nothing of HTTP status codes: `api/http/errors.py` maps these classes to r
 """
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 
 from preprocess.errors import (
@@ -13,6 +14,22 @@ from preprocess.errors import (
 )
 
 Loc = tuple[str | int, ...]  # a field path such as ("questions", "q1", "criteria") or ("images", 0)
+QUOTE_MAX_CHARS = 60         # what an error message quotes of a caller's value, at most
+
+
+def clipped(text: str, max_chars: int = QUOTE_MAX_CHARS) -> str:
+    """A caller's text (a key, an id) cut to `max_chars`, "…" marking the cut: what an error may echo of it."""
+    return text if len(text) <= max_chars else text[:max_chars - 1] + "…"
+
+
+def quoted(value: object, max_chars: int = QUOTE_MAX_CHARS) -> str:
+    """A caller's value as an error message quotes it: its repr, cut to `max_chars` ("…" marks the cut), so a 10 MB
+    value never makes a 10 MB error. Only a prefix is ever rendered (a nested value to a few levels)."""
+    if isinstance(value, (str, bytes)):
+        return clipped(repr(value[:max_chars + 1]), max_chars)
+    shorter = reprlib.Repr()
+    shorter.maxlevel, shorter.maxstring, shorter.maxother = 3, max_chars, max_chars
+    return clipped(shorter.repr(value), max_chars)
 
 
 @dataclass(frozen=True)
@@ -82,7 +99,7 @@ class UnknownModel(OmniError):
     def __init__(self, requested: str, served: tuple[str, ...]):
         self.requested = requested
         self.served = served
-        super().__init__(f"Unknown model: {requested!r}; this server answers as {', '.join(served)}")
+        super().__init__(f"Unknown model: {quoted(requested)}; this server answers as {', '.join(served)}")
 
 
 class ConfigError(OmniError, ValueError):

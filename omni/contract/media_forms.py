@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from omni.contract.errors import Issues, Loc
+from omni.contract.errors import Issues, Loc, clipped, quoted
 from omni.contract.json_values import JSONValue
 from omni.contract.types import Part
 from preprocess.item import SLOT_OF_KIND, SLOTS, MediaItem
@@ -108,7 +108,7 @@ def _assets(body: Mapping[str, JSONValue], parts: dict[str, Part], slots: _Slots
         return {}, set()
     valid = []
     for placeholder, asset in assets.items():
-        loc = ("assets", placeholder)
+        loc = ("assets", clipped(placeholder))
         if not placeholder:
             issues.add(loc, "placeholder must be a non-empty string", "string_too_short")
         elif not isinstance(asset, dict) or asset.get("type") != "image":
@@ -119,11 +119,11 @@ def _assets(body: Mapping[str, JSONValue], parts: dict[str, Part], slots: _Slots
     claimed: set[str] = set()
     # JSON assets first, so they sit in the slot before the parts; their order among themselves is the body's.
     for placeholder, asset in sorted(valid, key=lambda v: v[1].get("part") is not None):
-        loc, origin = ("assets", placeholder), f"assets[{placeholder!r}]"
+        loc, origin = ("assets", clipped(placeholder)), f"assets[{quoted(placeholder)}]"
         if asset.get("part") is not None:
             data = _asset_part(asset["part"], parts, claimed, loc, issues)
             index = slots.add("images", data, _declared(parts, asset["part"]),
-                              f"{origin} (part {asset['part']!r})") if data else None
+                              f"{origin} (part {quoted(asset['part'])})") if data else None
         else:
             decoded = _asset_base64(asset, loc, issues)
             index = slots.add("images", *decoded, origin=origin) if decoded else None
@@ -136,15 +136,15 @@ def _asset_part(name: JSONValue, parts: dict[str, Part], claimed: set[str], loc:
     if not isinstance(name, str) or not name:
         issues.add(loc + ("part",), "part must be the non-empty name of a part sent with the request", "string_type")
     elif name not in parts:
-        issues.add(loc + ("part",), f"no part named {name!r} was sent with the request (send the JSON as the "
+        issues.add(loc + ("part",), f"no part named {quoted(name)} was sent with the request (send the JSON as the "
                    "`request` part of a multipart/form-data body, beside this part)", "missing")
     elif name in claimed:
-        issues.add(loc + ("part",), f"part {name!r} is claimed by two assets", "value_error")
+        issues.add(loc + ("part",), f"part {quoted(name)} is claimed by two assets", "value_error")
     else:
         claimed.add(name)
         if parts[name].data:
             return parts[name].data
-        issues.add(loc + ("part",), f"part {name!r} is empty", "media_item")
+        issues.add(loc + ("part",), f"part {quoted(name)} is empty", "media_item")
     return None
 
 

@@ -28,19 +28,14 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omni.contract.errors import OmniError
+from omni.contract.errors import OmniError, quoted
+from omni.contract.toml_text import TomlProblem, load_toml
 from omni.contract.types import Answer
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:                           # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
 
 POLICY_FORMAT = "omni-policy/1"
 MODALITIES = ("image", "audio", "video")
@@ -96,11 +91,11 @@ def read_policy(path: str | Path) -> Policy:
 def parse_policy(data: bytes, source: str = "policy") -> Policy:
     try:
         text = data.decode("utf-8")
-        table = tomllib.loads(text)
+        table = load_toml(text)
     except UnicodeDecodeError:
         raise PolicyError(f"{source}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    except TomlProblem as exc:      # its syntax, or nested past the limit (never a RecursionError)
+        raise PolicyError(f"{source}: {exc}") from None
     reader = _Reader(text, source)
     reader.no_unknown_keys(table, ("version", "default", "questions"), "")
     version = table.get("version")
@@ -137,21 +132,24 @@ class _Reader:
         header = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(
             rf'(?:{re.escape(part)}|"{re.escape(part)}")' for part in table.split(".")) + r"\s*\]") if table else None
         inside, header_line = table == "", None
+        named = rf'(?:{re.escape(key)}|"{re.escape(key)}")'
         for number, line in enumerate(self.lines, start=1):
+            if not table and re.match(rf"^\s*\[\[?\s*{named}\s*[.\]]", line):
+                return number                   # a top-level key written as a table: [key] or [key.sub]
             if re.match(r"^\s*\[", line):
                 inside = bool(header and header.match(line))
                 header_line = number if inside else header_line
-            elif inside and re.match(rf'^\s*(?:{re.escape(key)}|"{re.escape(key)}")\s*=', line):
+            elif inside and re.match(rf"^\s*{named}\s*=", line):
                 return number
         return header_line
 
     def no_unknown_keys(self, table: Any, known: tuple[str, ...], path: str) -> None:
         if not isinstance(table, dict):
             raise self.error(path.rsplit(".", 1)[-1], path.rpartition(".")[0], "must be a table")
+        where = {"": "the top level of a policy", "default": "a [default] table"}.get(path, "a question table")
         for key in table:
             if key not in known:
-                raise self.error(key, path, f"unknown key; a {'[default]' if path == 'default' else 'question'} "
-                                            f"table takes {', '.join(known)}")
+                raise self.error(key, path, f"unknown key; {where} takes {', '.join(known)}")
 
     def question(self, rule: Any, path: str) -> QuestionPolicy:
         self.no_unknown_keys(rule, QUESTION_KEYS, path)
@@ -160,11 +158,11 @@ class _Reader:
         auto_at = self.bar(rule["auto_at"], "auto_at", path)
         kind = rule.get("type")
         if kind is not None and kind not in ("noul", "choice", "score"):
-            raise self.error("type", path, f"{kind!r} is not a question type (noul, choice, score)")
+            raise self.error("type", path, f"{quoted(kind)} is not a question type (noul, choice, score)")
         act_on = self.act_on(rule.get("act_on", []), path)
         implied = {bool: "noul", str: "choice", int: "score"}[type(act_on[0])] if act_on else None
         if kind and implied and kind != implied:
-            raise self.error("act_on", path, f"{implied} answers ({list(act_on)!r}) for a {kind} question")
+            raise self.error("act_on", path, f"{implied} answers ({quoted(list(act_on))}) for a {kind} question")
         kind = kind or implied
         options = self.options(rule.get("options"), kind, path)
         by_answer = self.bars(rule.get("auto_at_for", {}), "auto_at_for", path)
@@ -172,7 +170,7 @@ class _Reader:
             key = answer_key(answer)
             if options is not None and key not in options:
                 raise self.error("act_on" if answer in act_on else f"auto_at_for.{answer}", path,
-                                 f"{key!r} is not an answer of this question (its answers: {', '.join(options)})")
+                                 f"{quoted(key)} is not an answer of this question (its answers: {', '.join(options)})")
         with_medium = self.bars(rule.get("auto_at_with", {}), "auto_at_with", path)
         for medium in with_medium:
             if medium not in MODALITIES:
@@ -182,7 +180,7 @@ class _Reader:
     def bar(self, value: Any, key: str, path: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or not 0.0 <= value <= 1.0:
-            raise self.error(key, path, f"{value!r} is not a confidence between 0 and 1")
+            raise self.error(key, path, f"{quoted(value)} is not a confidence between 0 and 1")
         return float(value)
 
     def bars(self, value: Any, key: str, path: str) -> dict[str, float]:
@@ -196,10 +194,10 @@ class _Reader:
                                              "level indexes (score)")
         kinds = {type(v) for v in value}
         if len(kinds) > 1 or (kinds and not kinds <= {bool, str, int}):
-            raise self.error("act_on", path, f"{value!r}: one kind of answer per list — booleans (noul), option ids "
-                                             "(choice) or level indexes (score)")
+            raise self.error("act_on", path, f"{quoted(value)}: one kind of answer per list — booleans (noul), "
+                                             "option ids (choice) or level indexes (score)")
         if any(isinstance(v, int) and not isinstance(v, bool) and v < 0 for v in value):
-            raise self.error("act_on", path, f"{value!r}: a score level is an index from 0")
+            raise self.error("act_on", path, f"{quoted(value)}: a score level is an index from 0")
         return tuple(value)
 
     def options(self, value: Any, kind: str | None, path: str) -> tuple[str, ...] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from omni.contract.config import EngineConfig
-from omni.contract.errors import InvalidRequest, Issues, Loc, UnknownModel
+from omni.contract.errors import InvalidRequest, Issues, Loc, UnknownModel, clipped, quoted
 from omni.contract.json_values import JSONValue, json_value_problem
 from omni.contract.media_forms import collect_media, replace_placeholders
 from omni.contract.types import (
@@ -25,12 +25,6 @@ from omni.contract.types import (
     Part,
     Question,
 )
-
-
-def _shown(value: JSONValue, limit: int = 60) -> str:
-    """A caller's value as a message quotes it: its repr, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _is_entry(value: JSONValue) -> bool:
@@ -93,8 +87,8 @@ def _question(qid: str, raw: JSONValue, config: EngineConfig, issues: Issues,
         issues.add(loc + ("type",), "Field required", "missing")
         return None
     if qtype not in QUESTION_TYPES:
-        issues.add(loc, f"Input tag {_shown(qtype)} found using 'type' does not match any of the expected tags: 'noul', "
-                   "'choice', 'score'", "union_tag_invalid")
+        issues.add(loc, f"Input tag {quoted(qtype)} found using 'type' does not match any of the expected tags: "
+                   "'noul', 'choice', 'score'", "union_tag_invalid")
         return None
     instructions = replace_placeholders(raw.get("instructions"), replacements)
     if instructions is not None and not _is_entry(instructions):
@@ -125,14 +119,16 @@ def _questions(raw: JSONValue, config: EngineConfig, issues: Issues,
     issues.count(("questions",), len(raw), 1, config.max_questions, "Dictionary")
     questions = []
     for qid, body in raw.items():
+        named = clipped(qid, config.max_question_id_chars)    # as issues name it: a too long id by its prefix
         if qid == "":
             issues.add(("questions", qid), "question ids must be non-empty strings", "string_too_short")
         elif (problem := json_value_problem(qid)) is not None:
-            issues.add(("questions", qid.encode("utf-8", "replace").decode()), f"question id {problem}", "value_error")
+            issues.add(("questions", named.encode("utf-8", "replace").decode()), f"question id {problem}",
+                       "value_error")
         elif len(qid) > config.max_question_id_chars:
-            issues.add(("questions", qid), f"question ids may have at most {config.max_question_id_chars} "
+            issues.add(("questions", named), f"question ids may have at most {config.max_question_id_chars} "
                        f"characters, not {len(qid)}", "string_too_long")
-        question = _question(qid, body, config, issues, replacements)
+        question = _question(named, body, config, issues, replacements)
         if question is not None:
             questions.append(question)
     return tuple(questions)

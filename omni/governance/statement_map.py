@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,12 +47,8 @@ from typing import Any
 
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONValue
+from omni.contract.toml_text import TomlProblem, load_toml
 from omni.governance import statement_schema as db
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:                           # Python 3.10: the same parser, as the tomli package
-    import tomli as tomllib
 
 FILLED_BY_EXPORT = ("automated_decision", "application_date", "puid")
 REQUIRED = ("decision_ground", "category", "decision_facts", "source_type", "territorial_scope")
@@ -137,9 +132,9 @@ def load_statement_map(path: str | Path) -> StatementMap:
 
 def parse_statement_map(text: str, source: str = "statement map") -> StatementMap:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise StatementMapError(f"{source}: not valid TOML: {exc}") from None
+        data = load_toml(text)
+    except TomlProblem as exc:      # its syntax, or nested past the limit (never a RecursionError)
+        raise StatementMapError(f"{source}: {exc}") from None
     try:
         return _read_map(data)
     except StatementMapError as exc:

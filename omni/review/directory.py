@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from omni.contract.answers import label_id, top_answer
+from omni.contract.errors import quoted
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.render import render_request
 from omni.contract.types import DecisionRequest, Question
@@ -62,11 +63,11 @@ def label_value(question: Question, label: str) -> bool | int | str:
     """A label id as the dataset writes it: noul true/false, choice id, score level index."""
     if question.type == "noul":
         if label not in ("true", "false"):
-            raise ValueError(f"{label!r} is not a noul answer (true or false)")
+            raise ValueError(f"{quoted(label)} is not a noul answer (true or false)")
         return label == "true"
     ids = [o.id for o in question.options]
     if label not in ids:
-        raise ValueError(f"{label!r} is not an answer of {question.id!r} ({', '.join(ids)})")
+        raise ValueError(f"{quoted(label)} is not an answer of {question.id!r} ({', '.join(ids)})")
     return int(label) if question.type == "score" else label
 
 
@@ -137,7 +138,7 @@ class ReviewDir:
         ids: dict[str, str | None] = {}
         for qid, label in changes.items():
             if qid not in questions:
-                raise ValueError(f"{qid!r} is not a question of this item ({', '.join(questions)})")
+                raise ValueError(f"{quoted(qid)} is not a question of this item ({', '.join(questions)})")
             ids[qid] = None if label is None else label_id(label_value(questions[qid], label))
         with self._lock:
             events = self._history.label(key, queue, reviewer, ids)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from omni.contract.errors import quoted
 from omni.contract.json_values import JSONObject
 
 log = logging.getLogger(__name__)
@@ -359,7 +360,7 @@ class ReviewHistory:
         item = self.item(key)
         target = item.by_id.get(event_id)
         if target is None:
-            raise KeyError(f"item {key} has no event {event_id!r}")
+            raise KeyError(f"item {key} has no event {quoted(event_id)}")
         if target.action not in UNDOABLE:
             raise UndoRefused(f"event {event_id} is a {target.action}: only labels, flags and skips can be undone")
         if target.reviewer != reviewer:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from omni.contract.answers import top_answer
 from omni.contract.config import EngineConfig
+from omni.contract.errors import quoted
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.outcomes import final_outcome
 from omni.contract.policy import Policy
@@ -260,7 +261,7 @@ class ReviewQueues:
 
     def _source(self, queue_id: str) -> ReviewSource:
         if queue_id not in self.sources:
-            raise KeyError(f"no review queue {queue_id!r}")
+            raise KeyError(f"no review queue {quoted(queue_id)}")
         return self.sources[queue_id]
 
     def _records(self, queue_id: str) -> list[Decided]:
@@ -286,7 +287,7 @@ class ReviewQueues:
         else:
             found = next(((r, self._source(queue_id)) for r in self._source(queue_id).records() if r.key == key), None)
         if found is None:
-            raise KeyError(f"no item {key!r} in review queue {queue_id!r}")
+            raise KeyError(f"no item {quoted(key)} in review queue {quoted(queue_id)}")
         record, source = found
         return record, parse_item(record.body, record.root, self.config), source
 

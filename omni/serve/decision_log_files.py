@@ -147,6 +147,8 @@ def parse_record(raw: bytes) -> JSONObject:
         raise ValueError("not a decision-log record (not UTF-8 text)") from None
     except ValueError as exc:
         raise ValueError(f"not a decision-log record (not JSON: {exc})") from None
+    except RecursionError:
+        raise ValueError("not a decision-log record (JSON nested too deeply)") from None
     if not isinstance(record, dict) or record.get("format") != LOG_FORMAT:
         raise ValueError(f'not a decision-log record (no "format": "{LOG_FORMAT}")')
     missing = [key for key in RECORD_KEYS if key not in record]

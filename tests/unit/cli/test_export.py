@@ -13,8 +13,8 @@ import pytest
 from api.cli.export import byte_size
 from api.cli.main import main
 from omni.contract.types import DecisionRequest, Option, Question
-from omni.review.directory import ReviewDir
 from omni.model.checkpoint import DEMO_CHECKPOINT_DIR
+from omni.review.directory import ReviewDir
 from omni.serve.decision_log import DecisionLog
 
 YES_NO = (Option("true", None), Option("false", None))
