@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from omni.contract.config import EngineConfig
     from omni.learn.dataset import LabelledRequest
-    from omni.learn.training import TrainingConfig
+    from omni.learn.training_config import TrainingConfig
     from omni.model.clef import ClefModel
 
 
@@ -169,7 +169,7 @@ def _fit_summary(key: str, detail: dict) -> str:
 
 # -------------------------------------------------------------------------------------------------- finetune
 def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
-    from omni.learn.training import TRAINING_MODES, TrainingConfig
+    from omni.learn.training_config import TRAINING_MODES, TrainingConfig
 
     d = TrainingConfig()
     _add_common(parser)
@@ -202,7 +202,7 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:
-    from omni.learn.training import TrainingConfig
+    from omni.learn.training_config import TrainingConfig
 
     return TrainingConfig(mode=args.mode, epochs=args.epochs, batch_records=args.batch_size, learning_rate=args.lr,
                           backbone_learning_rate=args.backbone_lr, validation_fraction=args.validation_fraction,

@@ -5,6 +5,7 @@
     metrics.py       accuracy, macro-F1, NLL, Brier, ECE, precision threshold (numpy only)
     plots.py         reliability diagrams and confusion matrices (PNG)
     training.py      fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
+    training_config.py  what a fine-tuning run is asked (mode, epochs, rates, split): no torch, for the CLI's flags
     review.py        review directories: labels.jsonl (a dataset), media/ by content hash, decisions kept by a server
     review_history.py  history.jsonl: every label change, comment, flag, skip and undo; the review state rebuilt from it
     review_queue.py  review queues: most uncertain first, k reviewers per item and the disagreements queue, what
