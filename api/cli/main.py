@@ -1,8 +1,9 @@
 """The `omni` command: one subcommand per job, each wired from its own module; one place prints errors.
 
 `decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
-(api/cli/batch.py), `export statements` (api/cli/export.py), `replay` (api/cli/replay.py), `serve` and `review`
-(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
+(api/cli/batch.py), `export statements` (api/cli/export.py), `replay` (api/cli/replay.py), `policy fit` / `policy
+check` (api/cli/policy.py), `report drift` (api/cli/report.py), `serve` and `review` (api/cli/serve.py,
+api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
 mistake is one line on stderr and exit 2, never a traceback; so is a missing torch (a wheel installed without it
 names the pip line to run). Knows nothing of model internals or HTTP.
 

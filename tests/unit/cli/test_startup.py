@@ -85,7 +85,8 @@ def test_policy_check_reads_a_policy_without_torch(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('version = "x"\n[questions.q]\nauto_at = 2.0\n', encoding="utf-8")
     checked, refused = run_cases([["policy", "check", str(good)], ["policy", "check", str(bad)]])
-    assert checked["code"] == 0 and refused["code"] == 2, (checked, refused)
+    assert checked["code"] == 0, checked
+    assert refused["code"] == 2, refused
     for result in (checked, refused):
         assert not set(result["loaded"]) & set(MODEL_STACK), result
 
