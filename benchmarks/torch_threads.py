@@ -3,8 +3,8 @@ default, what `--torch-threads 0` meant before issue 31), on an idle machine and
 
 Three `omni serve` processes on loopback, one per setting, same checkpoint (default: the embedded tiny one), loaded
 together. Each condition (idle; then with one `python -c 'while True: pass'` process beside them) sends `--requests`
-sequential text requests to each server in turn (A, B, C, A, B, C, ...: one request in flight at a time, so load
-from other processes on a shared machine hits the three alike). Every request has a state of its own, so no prefix
+sequential text requests to each server in turn (A, B, C, B, C, A, C, A, B, ...: one request in flight at a time,
+so load from other processes on a shared machine hits the three alike). Every request has a state of its own, so no prefix
 cache answers it. The servers log at info level, and the `torch threads: N (...)` line each one writes at startup
 says what the default chose here.
 
@@ -60,11 +60,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def sequential(urls: dict[str, str], requests: int, offset: int) -> dict[str, list[float]]:
-    """`requests` requests to each server, in turn, one in flight at a time -> ms per request per server."""
+    """`requests` requests to each server, in turn, one in flight at a time -> ms per request per server. The order
+    rotates from round to round, so each server follows each other one alike (idle OpenMP threads of the server
+    before spin for a while after its request)."""
     times: dict[str, list[float]] = {name: [] for name in urls}
+    names = list(urls)
     with httpx.Client(timeout=300) as client:
         for i in range(requests):
-            for name, url in urls.items():
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                url = urls[name]
                 started = time.perf_counter()
                 r = client.post(url + "/v1/systemone", content=body(offset + i),
                                 headers={"Content-Type": "application/json"})
