@@ -51,8 +51,8 @@ def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -
     return found
 
 
-def run_cases(cases: list[list[str]]) -> list[dict]:
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(MODEL_STACK + MEDIA_AND_WEB), json.dumps(cases)],
+def run_cases(cases: list[list[str]], watched: tuple[str, ...] = MODEL_STACK + MEDIA_AND_WEB) -> list[dict]:
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(watched), json.dumps(cases)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"argv"')]
@@ -79,6 +79,17 @@ def test_help_and_usage_errors_import_no_model_media_or_web_stack():
         assert result["loaded"] == [], f"omni {' '.join(result['argv'])} imported {result['loaded']}"
 
 
+def test_the_commands_that_read_a_decision_log_run_without_torch(tmp_path):
+    (tmp_path / "log").mkdir()
+    drift, statements = run_cases([["report", "drift", str(tmp_path / "log")],
+                                   ["export", "statements", str(tmp_path / "log"), "--map", str(tmp_path / "m.toml"),
+                                    "--out", str(tmp_path / "out.jsonl")]],
+                                  (*MODEL_STACK, "omni.serve.decision_log_files"))
+    for result in (drift, statements):
+        assert result["code"] == 2, result          # an empty log, a missing map: each one line, exit 2
+        assert result["loaded"] == ["omni.serve.decision_log_files"], result     # it got as far as the log reader
+
+
 def test_policy_check_reads_a_policy_without_torch(tmp_path):
     good = tmp_path / "policy.toml"
     good.write_text(POLICY, encoding="utf-8")
@@ -95,8 +106,10 @@ def test_policy_check_reads_a_policy_without_torch(tmp_path):
                                                (["serve"], True), (["policy", "check", "x.toml"], False),
                                                (["policy", "check", "x.toml", "--on", "data.jsonl"], True),
                                                (["policy", "fit", "d", "--target-precision", "0.9", "--out", "p"],
-                                                True)])
+                                                True), (["report", "drift", "log"], False),
+                                               (["export", "statements", "log", "--map", "m", "--out", "o"], False)])
 def test_the_torch_guard_runs_before_each_command_that_needs_torch(argv, needed):
     """Parsing no longer imports torch, so `main` imports it (a one-line error when it does not import) just before a
-    command that needs it runs: every command but `policy check` without `--on`."""
+    command that needs it runs: every command but those that only read files (`policy check` without `--on`,
+    `report drift`, `export statements`)."""
     assert needs_torch(build_parser().parse_args(argv)) is needed
