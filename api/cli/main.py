@@ -9,7 +9,8 @@ names the pip line to run). Knows nothing of model internals or HTTP.
 
 Starts at once: building the parser imports no torch, transformers, numpy or media stack (each subcommand imports
 what it runs inside its run function), so `omni --help`, `omni SUBCOMMAND --help`, a usage error and `omni policy
-check FILE` never wait for torch (tests/unit/cli/test_startup.py). Torch is looked for before parsing without being
+check FILE` never wait for torch, nor do the commands that only read a decision log (`report drift`, `export
+statements`) (tests/unit/cli/test_startup.py). Torch is looked for before parsing without being
 imported (`torch_absent`), and imported only once a command that needs it is about to run (`torch_problem`).
 """
 from __future__ import annotations
