@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from api.cli.decide import add_torch_threads_flag
 from omni.contract.config import EngineConfig
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny demo model)")
     model.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     model.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
-    model.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_torch_threads_flag(model)
     model.add_argument("--max-batch-records", type=int, default=None,
                        help=f"records per forward pass (default {EngineConfig.max_batch_records})")
     model.add_argument("--policy", metavar="FILE",
@@ -115,7 +116,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"{args.input}: no such file"
     if args.concurrency is not None and args.concurrency < 1:
         return "--concurrency must be at least 1"
-    model_flags = [f"--{name.replace('_', '-')}" for name in ("model", "device", "dtype", "threads",
+    model_flags = [f"--{name.replace('_', '-')}" for name in ("model", "device", "dtype", "torch_threads",
                                                              "max_batch_records") if getattr(args, name) is not None]
     model_flags += ["--policy"] if args.url and args.policy else []
     if args.url and model_flags:
@@ -127,8 +128,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The flags over the defaults (as `omni decide`); the queue always holds every line in flight."""
-    overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "torch_threads": args.threads,
-                 "max_batch_records": args.max_batch_records}
+    overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype,
+                 "torch_threads": args.torch_threads, "max_batch_records": args.max_batch_records}
     # every record carries its decision's audit record (audit="always": the engine shows it, the runner files it)
     config = replace(EngineConfig(audit="always"), **{k: v for k, v in overrides.items() if v is not None})
     concurrency = args.concurrency or 2 * config.max_batch_records

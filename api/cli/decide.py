@@ -25,6 +25,16 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence", default=None, choices=["clef", "typesafe"],
                         help="confidence formula for choice/score answers (default clef = p_max)")
     parser.add_argument("--max-context-tokens", type=int, default=None)
+    add_torch_threads_flag(parser)
+
+
+def add_torch_threads_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--torch-threads N`, the one name of that knob on every command that runs the model here (as `omni serve`'s);
+    `--threads`, its old name on some of them, still works but is no longer shown."""
+    parser.add_argument("--torch-threads", type=int, default=None, metavar="N",
+                        help="torch's CPU threads (default 0: sized from the CPUs this process may use, less the "
+                             "media decoders', at least 1)")
+    parser.add_argument("--threads", type=int, dest="torch_threads", help=argparse.SUPPRESS)   # deprecated name
 
 
 def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +73,7 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
     """CLI flags override the settings-derived base config, field by field."""
     config = base or EngineConfig()
     overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "confidence": args.confidence,
-                 "max_context_tokens": args.max_context_tokens}
+                 "max_context_tokens": args.max_context_tokens, "torch_threads": args.torch_threads}
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 

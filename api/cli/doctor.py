@@ -4,7 +4,8 @@ Device, dtype, the context limit and the prefix cache come from the same `OMNI_*
 (`api.http.settings`), overridden by the flags, so the memory estimate is for the configuration that will serve.
 Exit 0 when no check failed (warnings and info included), 1 when one did (the failing lines say why), 2 for a usage
 error: a bad flag or setting, or a `--model` that names no directory (nor a hub id already in the local cache).
-The checks are `omni.model.doctor`'s; this module reads argv and prints. Knows nothing of torch or model internals.
+The checks are `omni.model.doctor`'s, plus the torch threads a server here would run with (`omni.serve.cpus`: the
+CPUs this process may use); this module reads argv and prints. Knows nothing of torch or model internals.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from typing import TYPE_CHECKING
 from omni.contract.config import DTYPES
 
 if TYPE_CHECKING:   # at run time imported lazily: they pull in torch
+    from omni.contract.config import EngineConfig
     from omni.model.doctor.examine import DoctorReport
     from omni.model.doctor.findings import Finding
+    from omni.serve.cpus import CpuBudget
 
 DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 STATUS_WIDTH, CHECK_WIDTH = 5, 14
@@ -55,12 +58,32 @@ def run_doctor(args: argparse.Namespace) -> int:
     overrides = {"device": args.device, "dtype": args.dtype, "max_context_tokens": args.max_context_tokens}
     config = replace(base, **{k: v for k, v in overrides.items() if v is not None})   # ConfigError: exit 2
     directory = locate(args.model) if args.model else None                           # CheckpointError: exit 2
+    from omni.serve.cpus import usable_cpus
+
     report = examine(config, directory)
+    report = replace(report, system=[*report.system, torch_threads(config, usable_cpus())])
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         print("\n".join(screen(report)))
     return report.exit_code
+
+
+def torch_threads(config: EngineConfig, budget: CpuBudget) -> Finding:
+    """The torch threads `config` runs with on `budget`: set (a warning when more than the usable CPUs) or sized."""
+    from omni.model.doctor.findings import Finding
+    from omni.serve.cpus import torch_threads_for
+
+    sized = torch_threads_for(budget.usable, config.decode_threads)
+    basis = f"{budget.describe()} less {config.decode_threads} decode threads"
+    data = {"threads": config.torch_threads or sized, "sized": sized, "usable_cpus": budget.usable,
+            "affinity_cpus": budget.affinity, "quota_cpus": budget.quota, "decode_threads": config.decode_threads}
+    if not config.torch_threads:
+        return Finding("torch threads", "info", f"{sized}, sized: {basis}", data)
+    if config.torch_threads > budget.usable:
+        return Finding("torch threads", "warn", f"{config.torch_threads} as set, more than the {budget.usable} usable "
+                       f"CPUs: oversubscribed threads wait for each other (0 sizes them: {sized})", data)
+    return Finding("torch threads", "info", f"{config.torch_threads} as set (sized would be {sized}: {basis})", data)
 
 
 def screen(report: DoctorReport) -> list[str]:

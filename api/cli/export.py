@@ -37,6 +37,7 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     statements.add_argument("--out", required=True, metavar="FILE.jsonl", help="one statement per line")
     statements.add_argument("--review-dir", default=None,
                             help="a review directory: decisions its reviewers labelled are partially automated")
+    statements.set_defaults(needs_torch=False)   # a decision log's records: no model
 
 
     checkpoint = kinds.add_parser("checkpoint", help="a checkpoint in the released layout (sharded weights with "

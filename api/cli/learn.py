@@ -16,18 +16,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from omni.contract.config import EngineConfig
     from omni.learn.dataset import LabelledRequest
-    from omni.learn.training import TrainingConfig
+    from omni.learn.training_config import TrainingConfig
     from omni.model.clef import ClefModel
 
 
 def add_model_flags(parser: argparse.ArgumentParser,
                     model_help: str = "checkpoint directory or hub id (default: the embedded tiny default)") -> None:
     """The flags of a command that loads the model in-process (`omni eval`, `omni calibrate`, `omni policy ...`)."""
+    from api.cli.decide import add_torch_threads_flag
+
     parser.add_argument("--model", help=model_help)
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--batch-size", type=int, default=4, help="records per forward pass (default 4)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_torch_threads_flag(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -39,19 +41,19 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 def load_model(args: argparse.Namespace) -> ClefModel:
     """The loaded ClefModel for the flags (calibration is applied explicitly by the callers, never twice)."""
-    import torch
-
     from omni.model.clef import ClefModel
+    from omni.serve.engine import set_torch_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return ClefModel.from_config(learn_config(args))
+    config = learn_config(args)
+    set_torch_threads(config.torch_threads, config.decode_threads)     # as the engine does: 0 = sized here
+    return ClefModel.from_config(config)
 
 
 def learn_config(args: argparse.Namespace) -> EngineConfig:
     from omni.contract.config import EngineConfig
 
-    return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto")
+    return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto",
+                        torch_threads=args.torch_threads or 0)
 
 
 def dataset_file(path: str) -> Path:
@@ -169,7 +171,7 @@ def _fit_summary(key: str, detail: dict) -> str:
 
 # -------------------------------------------------------------------------------------------------- finetune
 def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
-    from omni.learn.training import TRAINING_MODES, TrainingConfig
+    from omni.learn.training_config import TRAINING_MODES, TrainingConfig
 
     d = TrainingConfig()
     _add_common(parser)
@@ -202,7 +204,7 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def training_config_from_args(args: argparse.Namespace) -> TrainingConfig:
-    from omni.learn.training import TrainingConfig
+    from omni.learn.training_config import TrainingConfig
 
     return TrainingConfig(mode=args.mode, epochs=args.epochs, batch_records=args.batch_size, learning_rate=args.lr,
                           backbone_learning_rate=args.backbone_lr, validation_fraction=args.validation_fraction,

@@ -2,15 +2,22 @@
 
 `decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
 (api/cli/batch.py), `export statements` and `export checkpoint` (api/cli/export.py), `replay` (api/cli/replay.py),
-`serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor`
-(api/cli/doctor.py). A caller's
+`policy fit` / `policy check` (api/cli/policy.py), `report drift` (api/cli/report.py), `serve` and `review`
+(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
 mistake is one line on stderr and exit 2, never a traceback; so is a missing torch (a wheel installed without it
 names the pip line to run). Knows nothing of model internals or HTTP.
+
+Starts at once: building the parser imports no torch, transformers, numpy or media stack (each subcommand imports
+what it runs inside its run function), so `omni --help`, `omni SUBCOMMAND --help`, a usage error and `omni policy
+check FILE` never wait for torch, nor do the commands that only read a decision log (`report drift`, `export
+statements`) (tests/unit/cli/test_startup.py). Torch is looked for before parsing without being
+imported (`torch_absent`), and imported only once a command that needs it is about to run (`torch_problem`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import sys
 
@@ -24,18 +31,45 @@ TORCH_INSTALL = ("pip install torch==2.13.0 (the version tested; runs on CPU), o
                  "https://pytorch.org/get-started/locally/)")
 
 
+def torch_absent() -> str | None:
+    """One line saying what to run when torch is not installed at all (or cannot even be looked for); None when it is
+    there. Looks torch up without importing it (a fraction of a millisecond), so even `omni --help` names the missing
+    dependency without waiting for it."""
+    try:
+        found = importlib.util.find_spec("torch")
+    except (ImportError, OSError, ValueError) as exc:   # an import hook that fails, a broken namespace
+        return _broken(exc)
+    return _not_installed() if found is None else None
+
+
 def torch_problem() -> str | None:
     """One line saying what to run when torch does not import (a wheel installed without it, or a broken build); None
-    when it imports. Every command needs torch, so importing it here first costs nothing."""
+    when it imports. Called just before a command that needs torch runs, so the failure is one line, not the command's
+    traceback."""
     try:
         importlib.import_module("torch")
     except ModuleNotFoundError as exc:
         if exc.name != "torch":
             return f"torch does not import: {exc}. Reinstall it: {TORCH_INSTALL}"
-        return f"torch is not installed in this environment ({sys.executable}). Install it first: {TORCH_INSTALL}"
+        return _not_installed()
     except (ImportError, OSError) as exc:       # a CUDA build without its libraries, a half-installed wheel
-        return f"torch is installed but does not import ({type(exc).__name__}: {exc}). Reinstall it: {TORCH_INSTALL}"
+        return _broken(exc)
     return None
+
+
+def _not_installed() -> str:
+    return f"torch is not installed in this environment ({sys.executable}). Install it first: {TORCH_INSTALL}"
+
+
+def _broken(exc: Exception) -> str:
+    return f"torch is installed but does not import ({type(exc).__name__}: {exc}). Reinstall it: {TORCH_INSTALL}"
+
+
+def needs_torch(args: argparse.Namespace) -> bool:
+    """Whether the parsed command imports torch when it runs: yes unless its subparser says otherwise with a
+    `needs_torch` default (a bool, or a function of the parsed args, e.g. `omni policy check` only with `--on`)."""
+    declared = getattr(args, "needs_torch", True)
+    return bool(declared(args) if callable(declared) else declared)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,11 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    problem = torch_problem()
+    problem = torch_absent()
     if problem:
         print(f"omni: {problem}", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
+    problem = torch_problem() if needs_torch(args) else None
+    if problem:
+        print(f"omni: {problem}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except InvalidRequest as exc:

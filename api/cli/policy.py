@@ -65,6 +65,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--on", metavar="DATA", help="also decide the model's answers to this labelled dataset (or "
                        "review directory) with the policy: coverage and precision per question")
     _add_model_flags(check)
+    check.set_defaults(needs_torch=lambda args: args.on is not None)    # reading a policy needs no model; --on does
 
 
 def run_policy(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ RECORD_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    from api.cli.decide import add_torch_threads_flag
     from omni.serve.replay import DEFAULT_TOLERANCE
 
     parser.add_argument("log", metavar="LOG|RECORD",
@@ -52,7 +53,7 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
                         help="backbone dtype (default: the first record's)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    add_torch_threads_flag(parser)
     parser.add_argument("--batch-size", type=int, default=8,
                         help="records per forward pass (default 8; 1 runs each alone)")
 
@@ -129,7 +130,7 @@ def engine_config(args: argparse.Namespace, first: JSONObject) -> EngineConfig:
     backbone_dtype, head_dtype = runtime.get("backbone_dtype"), runtime.get("head_dtype")
     calibration = args.calibration if args.calibration is not None else first.get("calibration") is not None
     overrides: dict[str, Any] = {
-        "model_path": model_path, "device": args.device, "torch_threads": args.threads,
+        "model_path": model_path, "device": args.device, "torch_threads": args.torch_threads,
         "dtype": args.dtype or (backbone_dtype if backbone_dtype in RECORD_DTYPES else None),
         "head_dtype": head_dtype if head_dtype in RECORD_DTYPES else None, "calibration": calibration,
         "audit": "record", "max_batch_records": args.batch_size}

@@ -40,6 +40,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     drift.add_argument("--out", metavar="DIR", help="also write report.json, report.md and drift.png there")
     drift.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     drift.add_argument("--quiet", action="store_true", help="no progress bar")
+    drift.set_defaults(needs_torch=False)        # a decision log's records: no model
 
 
 def run_report(args: argparse.Namespace) -> int:

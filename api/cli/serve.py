@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("omni.serve")
 _NOT_FLAGS = {"model", "host", "port", "api_keys"}  # explicit flags below; api_keys only via env or file
+# what a bare "default: V" would not say
+_DEFAULT_NOTES = {"torch_threads": " (sized when the model loads: the CPUs this process may use, less "
+                                   "--decode-threads, at least 1; the startup log names the count)"}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +64,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             switch = {"action": "append"}
         group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None,
                            **switch,  # type: ignore[arg-type]  # nargs and const are strings, as argparse takes them
-                           help=f"default: {shown}" if name != "max_body_bytes" else
+                           help=f"default: {shown}{_DEFAULT_NOTES.get(name, '')}" if name != "max_body_bytes" else
                            f"default: derived from the media limits ({defaults.body_cap_bytes})")
 
 

@@ -32,7 +32,9 @@ class EngineConfig:
     device: str = "auto"                    # auto: cuda if available else cpu
     head_dtype: str = "float32"             # the head runs in float32 by default (the reference uses bf16)
     attn_implementation: str = "sdpa"
-    torch_threads: int = 0                  # intra-op CPU threads for torch; 0 = torch's default (process-wide)
+    torch_threads: int = 0                  # intra-op CPU threads for torch (process-wide); 0 = sized when the
+                                            # engine starts: the CPUs this process may use (affinity, cgroup quota)
+                                            # less decode_threads, at least 1 (omni/serve/cpus.py)
     max_context_tokens: int = 64_000
     max_questions: int = 64
     max_question_id_chars: int = 256

@@ -5,6 +5,7 @@
     metrics.py       accuracy, macro-F1, NLL, Brier, ECE, precision threshold (numpy only)
     plots.py         reliability diagrams and confusion matrices (PNG); the one matplotlib set-up (`use_agg`)
     training.py      fine-tuning (head, LoRA, full) through the same prepare as serving; writes the released layout
+    training_config.py  what a fine-tuning run is asked (mode, epochs, rates, split): no torch, for the CLI's flags
 
 Uses omni.model and omni.contract; never omni.serve or omni.review. Knows nothing of HTTP, argv or the environment.
 """

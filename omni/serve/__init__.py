@@ -7,6 +7,7 @@
     admission.py  PrefillBacklog: the long prefills under way and what a prefix token costs here (for admission)
     backlog.py    `omni batch`'s runner: a JSONL file of requests -> one output record per line, resumable
     heap.py       HeapTrimmer: hands memory freed after big work back to the operating system
+    cpus.py       the CPUs this process may use (affinity, cgroup quota) and torch threads sized from them
     decision_log.py        DecisionLog: every decision appended to JSONL segments by one writer thread (bounded
                            queue, health, counters; media kept once by sha256)
     decision_log_files.py  the decision log's layout and record format, reading it back, retention

@@ -29,6 +29,7 @@ from omni.model.cache import CacheStats
 from omni.model.surface import DecisionModel, RecordT
 from omni.serve.batcher import REQUEUE, BatcherStats, MicroBatcher, Requeue
 from omni.serve.chunking import LongPrefills
+from omni.serve.cpus import torch_threads_for, usable_cpus
 from omni.serve.heap import HeapTrimmer
 from omni.serve.surface import LongPrefillStats, ModelCard
 
@@ -58,8 +59,7 @@ class DecisionEngine(Generic[RecordT]):
         if self._warm:
             return self
         cfg = self.config
-        if cfg.torch_threads > 0:     # CPU serving beside other processes: oversubscribed threads spin and stall
-            torch.set_num_threads(cfg.torch_threads)
+        set_torch_threads(cfg.torch_threads, cfg.decode_threads)
         model = self._model()
         self._run([model.prepare(WARMUP_REQUEST)])
         self._warm = True
@@ -298,6 +298,21 @@ class DecisionEngine(Generic[RecordT]):
             outcome.set_result(decision)
 
         queued.add_done_callback(transfer)
+
+
+def set_torch_threads(asked: int, decode_threads: int) -> int:
+    """Set torch's intra-op threads (process-wide) and log how many: `asked`, or for 0 sized from the CPUs this
+    process may use less the media decoders' (omni/serve/cpus.py). torch's own default, every core, is the worst
+    setting beside any other busy process: oversubscribed threads spin and wait for each other."""
+    if asked > 0:
+        threads, why = asked, "as asked"
+    else:
+        budget = usable_cpus()
+        threads = torch_threads_for(budget.usable, decode_threads)
+        why = f"sized: {budget.describe()} less {decode_threads} decode threads; --torch-threads N to choose"
+    torch.set_num_threads(threads)
+    log.info("torch threads: %d (%s)", threads, why)
+    return threads
 
 
 def unrounded(questions: Sequence[Question], per_question: list[torch.Tensor]) -> dict[str, dict[str, float]]:

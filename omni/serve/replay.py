@@ -29,16 +29,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni.contract.audit import AuditRecord, audit_from_wire
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.types import ISOLATION_MODES, DecisionRequest
 from omni.serve.decision_log_files import LoggedDecision
-from omni.serve.engine import WARMUP_REQUEST, DecisionEngine
 from preprocess.errors import MediaError
 from preprocess.item import SLOTS
+
+if TYPE_CHECKING:             # the engine imports torch: `omni replay --help` reads DEFAULT_TOLERANCE without it
+    from omni.serve.engine import DecisionEngine
 
 REPLAY_FORMAT = "omni-replay/1"
 DEFAULT_TOLERANCE = 1e-5
@@ -106,6 +108,8 @@ class ReplaySummary:
 
 def loaded(engine: DecisionEngine[Any]) -> Loaded:
     """The hashes of what `engine` has loaded (loading it first), read from the model's own evidence."""
+    from omni.serve.engine import WARMUP_REQUEST
+
     engine.load()
     model = engine.model
     assert model is not None                          # load() put it there

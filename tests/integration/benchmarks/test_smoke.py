@@ -313,6 +313,43 @@ def check_soak(tmp_path: Path) -> None:
     assert summary["server_log_tracebacks"] == 0
 
 
+def check_cli_startup(tmp_path: Path) -> None:
+    out = run_smoke("cli_startup.py").stdout
+    lines = json_lines(out)
+    assert lines[0]["env"]["smoke"] is True
+    results = [line for line in lines if line.get("result") == "cli_startup"]
+    ours = {r["command"]: r for r in results if r["tree"] == "this"}
+    assert sorted(ours) == ["omni --help", "omni decide (usage error)", "omni policy check FILE", "omni serve --help"]
+    assert all(r["imports_torch"] is False for r in ours.values())     # what the timing is about
+    for r in results:
+        positive(r, "median_ms", "p90_ms", "over_interpreter", "over_import_torch")
+    assert {r["command"] for r in results if r["tree"] == "floor"} == {"python -c pass", "python -c 'import torch'"}
+    assert len(table(out, "| tree | command |")) == len(results)
+
+
+def check_torch_threads(tmp_path: Path) -> None:
+    from omni.contract.config import EngineConfig
+    from omni.serve.cpus import torch_threads_for, usable_cpus
+
+    out = run_smoke("torch_threads.py").stdout
+    lines = json_lines(out)
+    assert lines[0]["env"]["smoke"] is True
+    rows = {(r["condition"], r["setting"]): r for r in lines if r.get("result") == "torch_threads"}
+    cores = os.cpu_count()
+    assert sorted(rows) == sorted((c, s) for c in ("idle", "beside one busy process")
+                                  for s in ("default", "--torch-threads 1", f"--torch-threads {cores} (every core)"))
+    for (condition, setting), row in rows.items():
+        positive(row, "p50_ms", "p95_ms", "mean_ms", "p50_over_one_thread")
+        assert row["requests"] == 4
+        if setting == "default":    # what each server logged at startup: the sized count, and why
+            assert row["torch_threads"] == torch_threads_for(usable_cpus().usable, EngineConfig().decode_threads)
+            assert row["why"].startswith("sized: ")
+        else:
+            assert row["why"] == "as asked"
+    assert rows[("idle", "--torch-threads 1")]["p50_over_one_thread"] == 1.0
+    assert len(table(out, "| condition | setting |")) == 6
+
+
 def check_realsize(tmp_path: Path) -> None:
     out = run_smoke("device/realsize.py", "--out", str(tmp_path)).stdout
     rows = {line["case"]: line for line in json_lines(out)}
@@ -351,6 +388,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "abuse.py": check_abuse, "audit.py": check_audit, "batch.py": check_batch, "cache.py": check_cache,
     "load.py": check_load, "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
     "soak.py": check_soak, "webhooks.py": check_webhooks, "device/realsize.py": check_realsize,
+    "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
     "device/run.sh": check_run_sh,
 }
 

@@ -56,7 +56,7 @@ def run_batch(*args) -> int:
 @pytest.fixture(scope="module")
 def in_process(backlog, tiny_dir) -> dict[int, dict]:
     out = backlog.parent / "out" / "in_process.jsonl"
-    assert run_batch(backlog, "--out", out, "--model", tiny_dir, "--threads", 1, "--max-batch-records", 4) == 1
+    assert run_batch(backlog, "--out", out, "--model", tiny_dir, "--torch-threads", 1, "--max-batch-records", 4) == 1
     return read_batch_output(out)
 
 
@@ -111,7 +111,7 @@ def test_a_rerun_after_a_partial_output_computes_only_the_missing_lines(in_proce
     out = backlog.parent / "out" / "partial.jsonl"
     kept = [json.dumps(in_process[n]) for n in (1, 4)]
     out.write_text("\n".join(kept) + "\n" + kept[0][:30], encoding="utf-8")     # and a torn last record
-    assert run_batch(backlog, "--out", out, "--model", tiny_dir, "--threads", 1) == 1
+    assert run_batch(backlog, "--out", out, "--model", tiny_dir, "--torch-threads", 1) == 1
     records = read_batch_output(out)
     assert [json.loads(t)["line"] for t in out.read_text().splitlines()] == [1, 2, 4, 5, 6, 7, 8]   # one per line
     assert records[1] == in_process[1] and records[4] == in_process[4]           # 1 and 4 were not computed again
@@ -120,7 +120,7 @@ def test_a_rerun_after_a_partial_output_computes_only_the_missing_lines(in_proce
     before = out.read_bytes()
     for _ in range(2):    # issue 22, bug 15: lines wrong in themselves (422) are not retried, and nothing grows
         capsys.readouterr()
-        assert run_batch(backlog, "--out", out, "--model", tiny_dir, "--threads", 1) == 1
+        assert run_batch(backlog, "--out", out, "--model", tiny_dir, "--torch-threads", 1) == 1
         assert out.read_bytes() == before
         assert "nothing to retry" in capsys.readouterr().err
 
@@ -179,7 +179,7 @@ def test_quiet_prints_no_progress_bar_not_even_while_the_weights_load(backlog, t
     one = tmp_path / "one.jsonl"
     one.write_text(backlog.read_text(encoding="utf-8").split("\n")[0] + "\n", encoding="utf-8")
     run = subprocess.run([sys.executable, "-m", "api.cli.main", "batch", str(one), "--out", str(tmp_path / "o.jsonl"),
-                          "--model", str(tiny_dir), "--threads", "1", "--quiet"], capture_output=True, text=True,
+                          "--model", str(tiny_dir), "--torch-threads", "1", "--quiet"], capture_output=True, text=True,
                          timeout=300, check=False)
     assert run.returncode == 0, run.stderr
     assert "Loading weights" not in run.stderr and "it/s]" not in run.stderr, run.stderr

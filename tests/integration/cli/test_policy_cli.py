@@ -54,7 +54,7 @@ def test_omni_decide_policy_gives_the_outcome_of_its_answers(files, tiny_dir, ca
 def test_omni_batch_policy_puts_the_outcome_in_every_record(files, tiny_dir):
     out = files / "out.jsonl"
     assert main(["batch", str(files / "in.jsonl"), "--out", str(out), "--model", str(tiny_dir), "--policy",
-                 str(files / "policy.toml"), "--threads", "1", "--quiet"]) == 0
+                 str(files / "policy.toml"), "--torch-threads", "1", "--quiet"]) == 0
     policy = read_policy(files / "policy.toml")
     records = read_batch_output(out)
     assert len(records) == 4

@@ -127,7 +127,7 @@ def batch_answers(tiny_dir, tmp_path, media) -> dict[str, dict]:
     """`omni batch` in-process, one line (so one forward of one request, as the other edges run it)."""
     (tmp_path / "in.jsonl").write_text(json.dumps(json_forms(media)["avrik object"]) + "\n")
     assert omni(["batch", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "out.jsonl"), "--model", str(tiny_dir),
-                 "--threads", "1", "--quiet"]) == 0
+                 "--torch-threads", "1", "--quiet"]) == 0
     return {"omni batch line, avrik object": read_batch_output(tmp_path / "out.jsonl")[1]["response"]}
 
 
