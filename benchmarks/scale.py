@@ -172,7 +172,7 @@ def engine_worker(model: str | None, inbox, outbox) -> None:
         outbox.put((started, time.monotonic(), time.process_time() - cpu, len(requests)))
 
 
-def ceiling(args: argparse.Namespace) -> dict[str, list[dict]]:
+def ceiling(args: argparse.Namespace) -> dict[str, list[dict]]:  # noqa: C901 (a benchmark script: the measuring loop reads top to bottom)
     """No serving stack at all: each workload decided in-process by one engine process vs two side by side
     (each its own share, one request at a time) — how much a second single-threaded engine can add on this
     machine. Both processes load once; in the one-engine turns the second waits idle. -> {workload: rounds}"""

@@ -78,7 +78,7 @@ def encode_line(line: RequestLine) -> tuple[dict[str, Any], dict[str, str]]:
     if not line.parts:
         return {"content": body}, {"Content-Type": "application/json"}
     files: list[tuple[str, tuple[str | None, bytes, str]]] = [("request", (None, body, "application/json"))]
-    files += [(part.name, (name, part.data, "application/octet-stream")) for part, name in zip(line.parts, line.files)]
+    files += [(part.name, (name, part.data, "application/octet-stream")) for part, name in zip(line.parts, line.files, strict=True)]
     return {"files": files}, {}
 
 

@@ -175,7 +175,7 @@ def format_table(summary: ReplaySummary) -> str:
     places = [f"{Path(record.segment).name}:{record.line}" for record in summary.records]
     width = max([len("record"), *map(len, places)])
     rows = [f"{'record':<{width}}  {'request id':<24} {'status':<12} {'max |dp|':>10}  note"]
-    for where, record in zip(places, summary.records):
+    for where, record in zip(places, summary.records, strict=True):
         diff = "-" if record.max_abs_diff is None else f"{record.max_abs_diff:.3g}"
         rows.append(f"{where:<{width}}  {(record.request_id or '-')[:24]:<24} {record.status:<12} {diff:>10}  "
                     f"{_note(record)}".rstrip())

@@ -154,7 +154,7 @@ def format_table(report: dict[str, Any], top: int = DEFAULT_TOP) -> str:
 
     def line(row: list[str]) -> str:
         return "  ".join(text.rjust(w) if i in right else text.ljust(w) for i, (text, w) in
-                         enumerate(zip(row, widths))).rstrip()
+                         enumerate(zip(row, widths, strict=True))).rstrip()
 
     hidden = len(report["questions"]) - len(shown)
     notes = [f"({hidden} more questions: --top, --json or --out DIR for all)"] if hidden > 0 else []

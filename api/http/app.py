@@ -52,7 +52,7 @@ NOSNIFF = (b"x-content-type-options", b"nosniff")
 VERSION = "0.1.0"
 
 
-def create_app(settings: Settings, engine: ServingEngine | None = None, *,
+def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # noqa: C901 (the wiring of every optional part, each one `if`; splitting it would scatter the one place that shows them all)
                on_load_failure: Callable[[BaseException], None] | None = None,
                on_loaded: Callable[[], None] | None = None, request_id_header: bool = True) -> FastAPI:
     """The app. `engine` defaults to `omni.serve.engine.DecisionEngine(settings.engine)`; it is started (in a thread)

@@ -72,20 +72,20 @@ class MediaEncoder:
             return RequestMedia(NO_MEDIA)
         check_request(items, self.limits)
         digests = [hashlib.sha256(item.data).hexdigest() for item in items]   # the cache key's and the audit's
-        keys = [(item.slot, digest, self._settings) for item, digest in zip(items, digests)]
+        keys = [(item.slot, digest, self._settings) for item, digest in zip(items, digests, strict=True)]
         found: list[ItemEncoding | None] = [self.cache.get(key) if self.cache.enabled else None for key in keys]
         missing = [index for index, encoding in enumerate(found) if encoding is None]
         first: dict[tuple[str, str, str], int] = {}
         if self.cache.enabled:     # the same bytes twice in one request: decoded once, the second is a hit
             first = {keys[index]: index for index in reversed(missing)}
             missing = sorted(first.values())
-        outcomes = dict(zip(missing, self._encode_each([items[index] for index in missing])))
+        outcomes = dict(zip(missing, self._encode_each([items[index] for index in missing]), strict=True))
         repeats = [index for index, encoding in enumerate(found) if encoding is None and index not in outcomes
                    and isinstance(outcomes[first[keys[index]]], MediaError)]   # a bad one: its own error too
-        outcomes |= dict(zip(repeats, self._encode_each([items[index] for index in repeats])))
+        outcomes |= dict(zip(repeats, self._encode_each([items[index] for index in repeats]), strict=True))
         raise_media_errors([outcome for _, outcome in sorted(outcomes.items()) if isinstance(outcome, MediaError)])
         encodings: list[ItemEncoding] = []
-        for index, (key, encoding) in enumerate(zip(keys, found)):
+        for index, (key, encoding) in enumerate(zip(keys, found, strict=True)):
             if encoding is None and index in outcomes:
                 encoding = cast(ItemEncoding, outcomes[index])
                 if self.cache.enabled:
@@ -101,7 +101,7 @@ class MediaEncoder:
                                  position_id_per_seconds=self.position_id_per_seconds, n_window=self.n_window)
         tokens = {key: count for key, count in encoded.tokens_by_modality.items() if count}
         return RequestMedia(replace(encoded, tokens_by_modality=tokens),
-                            ",".join(f"{item.slot}:{digest}" for item, digest in zip(items, digests)), cached,
+                            ",".join(f"{item.slot}:{digest}" for item, digest in zip(items, digests, strict=True)), cached,
                             len(items), media_audit(items, digests, encodings, encoded))
 
     def _encode_each(self, items: Sequence[MediaItem]) -> list[ItemEncoding | MediaError]:
@@ -136,7 +136,7 @@ def media_audit(items: Sequence[MediaItem], digests: Sequence[str], encodings: S
     seconds, frames as decoded; the tokens it became; for a video, whether its soundtrack was heard)."""
     per_kind = {kind: iter(counts) for kind, counts in encoded.tokens_per_item.items()}
     out = []
-    for item, digest, encoding in zip(items, digests, encodings):
+    for item, digest, encoding in zip(items, digests, encodings, strict=True):
         used: JSONObject = dict(encoding.used)
         if item.slot == "audio":
             used["tokens"] = next(per_kind["audio"])
@@ -153,7 +153,7 @@ def _check_hearable(items: Sequence[MediaItem], encodings: Sequence[ItemEncoding
     frame of features (HEARABLE_SAMPLES), and then every clip is heard (a shorter one is padded). Otherwise refuse
     the longest clip, in words that say how short it is and what the minimum is. (An empty clip never gets here:
     `preprocess.audio` refuses it as corrupt; a soundtrack under the minimum counts as none.)"""
-    clips = [(_length(e.samples), item) for item, e in zip(items, encodings) if item.slot == "audio"]
+    clips = [(_length(e.samples), item) for item, e in zip(items, encodings, strict=True) if item.slot == "audio"]
     if not clips:
         return
     tracks = [e.samples for e in encodings if e.slot == "videos"]

@@ -68,7 +68,10 @@ def cpus_of_quota(cpu_max: str | None = None, cfs_quota_us: str | None = None,
 
 def usable_cpus(root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP) -> CpuBudget:
     """This process's CPUs, read from the machine: the affinity and the smallest quota along its cgroup paths."""
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:         # no affinity call on this platform (macOS): every CPU counts
+        affinity = os.cpu_count() or 1
     quotas = [q for q in _quotas(root, _own_cgroups(self_cgroup)) if q is not None]
     return CpuBudget(affinity, min(quotas) if quotas else None)
 

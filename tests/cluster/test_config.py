@@ -42,7 +42,7 @@ def test_the_shipped_serve_deploy_file_validates_and_builds_both_deployments():
     assert "CacheAffinityRouter" in str(options.request_router_config.request_router_class)
 
 
-@pytest.mark.parametrize("values, message", [
+@pytest.mark.parametrize(("values", "message"), [
     ({"replicas": 0}, "replicas must be >= 1"),
     ({"autoscale": "4:1"}, "autoscale must be MIN:MAX"),
     ({"autoscale": "0:3"}, "autoscale must be MIN:MAX"),

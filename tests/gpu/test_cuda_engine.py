@@ -23,7 +23,7 @@ def url(mime, data):
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
 
 
-@pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-4), ("bfloat16", 5e-2)])
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 1e-4), ("bfloat16", 5e-2)])
 def test_cuda_matches_cpu(tiny_dir, dtype, tolerance):
     body = {"state": "Review the unit.", "questions": QUESTIONS, "images": [url("image/png", image_bytes())],
             "audio": [url("audio/wav", wav_bytes(1.0))], "videos": [url("video/mp4", video_bytes(seconds=2.0))]}

@@ -120,7 +120,7 @@ def check_onepass(tmp_path: Path) -> None:
     assert lines[0]["smoke"] is True
     for line in lines:
         finite(line)
-    for n, row in zip((1, 2), [line for line in lines if line["event"] == "result"]):
+    for n, row in zip((1, 2), [line for line in lines if line["event"] == "result"], strict=True):
         assert row["questions"] == n and row["rounds"] >= 3
         positive(row, "tokens.a", "tokens.b_total", "tokens.c_prompt", "tokens.c_new", "ms_best.a", "ms_best.b",
                  "ms_best.c", "ratio_best.b/a", "ratio_best.c/a", "mac_model.this_checkpoint.b/a",
@@ -338,7 +338,7 @@ def check_torch_threads(tmp_path: Path) -> None:
     cores = os.cpu_count()
     assert sorted(rows) == sorted((c, s) for c in ("idle", "beside one busy process")
                                   for s in ("default", "--torch-threads 1", f"--torch-threads {cores} (every core)"))
-    for (condition, setting), row in rows.items():
+    for (_condition, setting), row in rows.items():
         positive(row, "p50_ms", "p95_ms", "mean_ms", "p50_over_one_thread")
         assert row["requests"] == 4
         if setting == "default":    # what each server logged at startup: the sized count, and why

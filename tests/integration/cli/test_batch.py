@@ -70,7 +70,7 @@ def assert_close(got, want, where: str = "") -> None:
             assert_close(got[key], want[key], f"{where}.{key}")
     elif isinstance(want, list):
         assert isinstance(got, list) and len(got) == len(want), f"{where}: {got} != {want}"
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             assert_close(g, w, f"{where}[{i}]")
     else:
         assert got == want, f"{where}: {got!r} != {want!r}"

@@ -126,9 +126,9 @@ def split_into_shards(directory: Path) -> list[str]:
     names = sorted(weights)
     files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     halves = [names[: len(names) // 2], names[len(names) // 2:]]
-    for file, part in zip(files, halves):
+    for file, part in zip(files, halves, strict=True):
         save_file({k: weights[k] for k in part}, str(directory / file))
-    weight_map = {name: file for file, part in zip(files, halves) for name in part}
+    weight_map = {name: file for file, part in zip(files, halves, strict=True) for name in part}
     (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return files
 

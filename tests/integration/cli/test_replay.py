@@ -59,7 +59,7 @@ def logged(checkpoint, tmp_path_factory) -> tuple[Path, Path, list[dict]]:
     root = tmp_path_factory.mktemp("logs")
     for directory, media in ((root / "log", "store"), (root / "hash-only", "hash-only")):
         with DecisionLog(directory, media=media, segment_bytes=6000) as log:
-            for one, decision in zip(batched + alone, decisions):
+            for one, decision in zip(batched + alone, decisions, strict=True):
                 assert decision.audit is not None
                 log.append(one, decision.to_wire(), decision.audit.to_wire(), request_id=one.request_id,
                            decided_at=decision.audit.decided_at)

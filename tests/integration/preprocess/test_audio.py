@@ -29,7 +29,7 @@ def expected_rms(channels: int) -> float:
 
 
 @pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"])
-@pytest.mark.parametrize("rate, channels", [(44100, 2), (8000, 1), (48000, 6)])
+@pytest.mark.parametrize(("rate", "channels"), [(44100, 2), (8000, 1), (48000, 6)])
 def test_wav_depths_rates_layouts(subtype, rate, channels):
     decoded = decode_audio(media_item("audio", fm.wav_bytes(1.0, rate, channels, subtype)))
     assert decoded.samples.dtype == np.float32 and decoded.samples.ndim == 1
@@ -63,7 +63,7 @@ def test_resampling_keeps_the_pitch():
     assert abs(int(np.argmax(spectrum)) - 1000) <= 1  # 1 Hz bins over one second at 16 kHz
 
 
-@pytest.mark.parametrize("name, make", [
+@pytest.mark.parametrize(("name", "make"), [
     ("mp3_id3", lambda: fm.mp3_bytes(1.0)),
     ("mp3_bare", lambda: fm.mp3_bytes(1.0, id3=False)),
     ("mp3_cover_art", lambda: fm.mp3_bytes(1.0, cover_art=True)),
@@ -144,7 +144,7 @@ def test_a_10_ms_clip_decodes_and_an_empty_one_is_corrupt():
     assert "no audio samples" in str(info.value)
 
 
-@pytest.mark.parametrize("seconds, tokens", [(1.0, 13), (2.0, 26), (10.0, 130), (0.5, 7), (3.7, 13 * 3 + 9)])
+@pytest.mark.parametrize(("seconds", "tokens"), [(1.0, 13), (2.0, 26), (10.0, 130), (0.5, 7), (3.7, 13 * 3 + 9)])
 def test_token_formula(seconds, tokens):
     assert audio_tokens_for_samples(int(seconds * 16000)) == tokens
 

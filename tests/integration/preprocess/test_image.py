@@ -23,10 +23,10 @@ GREY_MODES = [("PNG", "L"), ("PNG", "I;16"), ("PNG", "1"), ("JPEG", "L"), ("BMP"
 
 
 def close(colour, expected, tolerance=12):
-    return all(abs(int(a) - int(b)) <= tolerance for a, b in zip(colour, expected))
+    return all(abs(int(a) - int(b)) <= tolerance for a, b in zip(colour, expected, strict=True))
 
 
-@pytest.mark.parametrize("fmt, mode", COLOUR_MODES)
+@pytest.mark.parametrize(("fmt", "mode"), COLOUR_MODES)
 def test_colour_formats_decode_to_rgb(fmt, mode):
     image = decode_image(media_item("images", fm.image_bytes(fmt, mode, 96, 64)))
     assert image.pixels.shape == (64, 96, 3) and image.pixels.dtype == np.uint8
@@ -35,7 +35,7 @@ def test_colour_formats_decode_to_rgb(fmt, mode):
     assert close(corners["top_right"], fm.GREY, 30)
 
 
-@pytest.mark.parametrize("fmt, mode", GREY_MODES)
+@pytest.mark.parametrize(("fmt", "mode"), GREY_MODES)
 def test_grey_formats_decode_to_rgb_with_equal_channels(fmt, mode):
     image = decode_image(media_item("images", fm.image_bytes(fmt, mode, 96, 64)))
     assert image.pixels.shape == (64, 96, 3)
@@ -47,7 +47,7 @@ def test_grey_formats_decode_to_rgb_with_equal_channels(fmt, mode):
         assert np.abs(image.pixels[..., 0].astype(np.int16) - expected_grey).max() <= (8 if fmt == "JPEG" else 1)
 
 
-@pytest.mark.parametrize("fmt, mode", [("PNG", "RGBA"), ("WEBP", "RGBA"), ("PNG", "LA")])
+@pytest.mark.parametrize(("fmt", "mode"), [("PNG", "RGBA"), ("WEBP", "RGBA"), ("PNG", "LA")])
 def test_alpha_is_composited_on_white(fmt, mode):
     pixels = decode_image(media_item("images", fm.image_bytes(fmt, mode, 96, 64))).pixels
     # left half opaque, right half alpha 128/255: grey 128 over white -> ~191; red block (left) stays red
@@ -125,7 +125,7 @@ def test_smart_resize_matches_transformers():
             assert smart_resize(height, width, 32, low, high) == hf_smart_resize(height, width, 32, low, high)
 
 
-@pytest.mark.parametrize("fmt, mode, width, height", [("PNG", "RGB", 96, 64), ("JPEG", "CMYK", 300, 200),
+@pytest.mark.parametrize(("fmt", "mode", "width", "height"), [("PNG", "RGB", 96, 64), ("JPEG", "CMYK", 300, 200),
                                                       ("PNG", "RGBA", 1280, 720), ("WEBP", "RGB", 1500, 1100)])
 def test_tensors_equal_the_image_processor_on_the_same_image(image_processor, fmt, mode, width, height):
     data = fm.image_bytes(fmt, mode, width, height)

@@ -97,7 +97,7 @@ def test_the_10_ms_44k_stereo_float_wav_alone_is_one_frame_and_one_token(extract
     assert tokens == [1]
 
 
-@pytest.mark.parametrize("n, frames", [(100, 0), (159, 0), (160, 1), (200, 1), (201, 1), (320, 2)])
+@pytest.mark.parametrize(("n", "frames"), [(100, 0), (159, 0), (160, 1), (200, 1), (201, 1), (320, 2)])
 def test_the_reference_frame_count_is_one_per_whole_hop(extractor, n, frames):
     """Why 160 is the minimum: the numpy path's spectrogram (centred, reflect pad) less its last frame."""
     from transformers.audio_utils import spectrogram, window_function

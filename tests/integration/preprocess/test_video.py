@@ -56,7 +56,7 @@ def indices(video) -> list[int]:
 
 def upright(frame: np.ndarray) -> bool:
     corners = fm.corner_colours(frame)
-    near = lambda colour, target: all(abs(a - b) <= 30 for a, b in zip(colour, target))
+    near = lambda colour, target: all(abs(a - b) <= 30 for a, b in zip(colour, target, strict=True))
     return near(corners["top_left"], fm.RED) and near(corners["bottom_right"], fm.BLUE) and near(
         corners["top_right"], fm.GREY)
 

@@ -37,7 +37,7 @@ def loop_merge(grid, n_audio, spg=1.0, per_second=13.0, merge=2):
     return out + ["V"] * (len(video_keys) - i) + ["A"] * (n_audio - j)
 
 
-@pytest.mark.parametrize("grid, n_audio, spg", [((2, 4, 4), 26, 1.0), ((3, 20, 28), 39, 1.0), ((4, 2, 2), 10, 1.0),
+@pytest.mark.parametrize(("grid", "n_audio", "spg"), [((2, 4, 4), 26, 1.0), ((3, 20, 28), 39, 1.0), ((4, 2, 2), 10, 1.0),
                                                 ((1, 4, 6), 50, 1.0), ((5, 8, 8), 0, 1.0), ((3, 4, 4), 30, 2.0),
                                                 ((21, 24, 42), 273, 1.0)])
 def test_merge_equals_the_processor_loop(grid, n_audio, spg):

@@ -35,7 +35,7 @@ def test_the_error_carries_the_item_itself():
     assert info.value.item is items[4] and info.value.item.loc == ("images", 4)
 
 
-@pytest.mark.parametrize("slot, count, label, limit", [("images", 5, "images[4]", "max_images=4"),
+@pytest.mark.parametrize(("slot", "count", "label", "limit"), [("images", 5, "images[4]", "max_images=4"),
                                                        ("audio", 5, "audio[4]", "max_audio_clips=4"),
                                                        ("videos", 3, "videos[2]", "max_videos=2")])
 def test_item_count_names_the_first_item_over(slot, count, label, limit):
@@ -44,7 +44,7 @@ def test_item_count_names_the_first_item_over(slot, count, label, limit):
     assert limit in str(error) and f"{count} items" in str(error)
 
 
-@pytest.mark.parametrize("slot, limit_name, limit", [("images", "max_image_bytes", 4 * MiB),
+@pytest.mark.parametrize(("slot", "limit_name", "limit"), [("images", "max_image_bytes", 4 * MiB),
                                                      ("audio", "max_audio_bytes", 8 * MiB),
                                                      ("videos", "max_video_bytes", 16 * MiB)])
 def test_bytes_per_item(slot, limit_name, limit):

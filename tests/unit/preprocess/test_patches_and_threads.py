@@ -12,7 +12,7 @@ from preprocess.resize import prescale_size
 from preprocess.threads import ThreadBudget
 
 
-@pytest.mark.parametrize("frames, expected_frames", [(4, 4), (5, 2), (7, 40), (1, 1), (9, 3)])
+@pytest.mark.parametrize(("frames", "expected_frames"), [(4, 4), (5, 2), (7, 40), (1, 1), (9, 3)])
 def test_patch_writer_equals_patchify(frames, expected_frames):
     video = np.random.default_rng(frames).integers(0, 256, (frames, 64, 96, 3), dtype=np.uint8)
     writer = PatchWriter(64, 96, PatchLayout(), expected_frames)

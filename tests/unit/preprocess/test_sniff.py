@@ -55,7 +55,7 @@ def test_heif_and_avif_images_are_not_videos(brand):
     assert info.value.label == "videos[0]"
 
 
-@pytest.mark.parametrize("name, slot", [("mp4", "images"), ("mp3_id3", "videos"), ("png", "audio"),
+@pytest.mark.parametrize(("name", "slot"), [("mp4", "images"), ("mp3_id3", "videos"), ("png", "audio"),
                                         ("wav_pcm16", "videos"), ("webm", "images"), ("m4a", "videos"),
                                         ("gif", "videos"), ("flac", "images")])
 def test_format_in_the_wrong_slot_is_refused_naming_the_item(name, slot):
