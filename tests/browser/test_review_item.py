@@ -156,7 +156,8 @@ def test_after_the_last_label_the_next_item_starts_at_its_title(browser, request
         page.keyboard.press("a")
         page.keyboard.press("a")                                      # the last question: on to the next item
         expect(page.locator("#item h2")).not_to_contain_text(first)
-        top = page.locator("#item h2").bounding_box()["y"]
+        expect(page.locator("#item h2")).to_be_visible()              # drawn (not just the old one gone): a busy
+        top = page.locator("#item h2").bounding_box()["y"]           # machine saw None here, between the two
         assert top >= 0, f"the next item's title is {top} px above the screen"
     finally:
         finish(request, page, context, errors)
