@@ -43,9 +43,16 @@ def kept(tmp_path_factory, browser):
 
 
 def open_item(page, url: str, key: str) -> None:
+    """The kept queue picked, then the item clicked, each once the load before it is drawn: the page loads a picked
+    queue outside its key queue, so a click while that load was in flight raced it (its first item, drawn last,
+    replaced the clicked one on a busy machine)."""
     page.goto(url + "#review")
+    expect(page.locator("#item")).not_to_have_text("Pick a queue.")          # the first queue's load is drawn
+    page.locator("#item > :first-child").evaluate("node => node.setAttribute('data-drawn-before', '')")
     page.select_option("#queue", "kept")
+    expect(page.locator("#item > :first-child:not([data-drawn-before])")).to_be_attached()   # the kept queue's
     page.locator(f'#items button[data-key="{key}"]').click()
+    expect(page.locator("#item h2")).to_contain_text(key)
     expect(page.locator("#item .rq").first).to_be_visible()
 
 
@@ -156,7 +163,8 @@ def test_after_the_last_label_the_next_item_starts_at_its_title(browser, request
         page.keyboard.press("a")
         page.keyboard.press("a")                                      # the last question: on to the next item
         expect(page.locator("#item h2")).not_to_contain_text(first)
-        top = page.locator("#item h2").bounding_box()["y"]
+        expect(page.locator("#item h2")).to_be_visible()              # drawn (not just the old one gone): a busy
+        top = page.locator("#item h2").bounding_box()["y"]           # machine saw None here, between the two
         assert top >= 0, f"the next item's title is {top} px above the screen"
     finally:
         finish(request, page, context, errors)
