@@ -30,7 +30,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import beta
 
 from omni.contract.answers import build_answers
 from omni.contract.config import EngineConfig
@@ -82,6 +81,8 @@ def lower_bound(correct: int, automatic: int, level: float) -> float:
     """Clopper–Pearson one-sided lower confidence bound of a precision of correct / automatic at `level`."""
     if correct <= 0 or automatic <= 0:
         return 0.0
+    from scipy.stats import beta  # here, not at import: `omni policy check` never needs it (0.85 s)
+
     return float(beta.ppf(1.0 - level, correct, automatic - correct + 1))
 
 
@@ -122,6 +123,8 @@ def precision_curve(confidences: Sequence[float], correct: Sequence[bool], level
     bars = np.unique(conf)[::-1]
     automatic = np.searchsorted(-descending, -bars, side="right")       # answers with confidence >= bar
     k = right[automatic - 1]
+    from scipy.stats import beta
+
     bounds = np.where(k > 0, beta.ppf(1.0 - level, np.maximum(k, 1), automatic - k + 1), 0.0)
     return [CurvePoint(float(t), int(n), int(c), float(n / conf.size), float(c / n), float(b))
             for t, n, c, b in zip(bars, automatic, k, bounds, strict=True)]

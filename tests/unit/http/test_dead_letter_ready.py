@@ -14,7 +14,6 @@ import pytest
 
 from api.http.webhooks import WebhookConfig, WebhookSender
 from tests.unit.http.serving import body, served
-from tests.unit.serve.test_decision_log import tiny_filesystem  # noqa: F401  (a fixture: a real 64 KiB tmpfs)
 
 SECRET = "s3cret-webhook-key-0123"
 POLICY = 'version = "v1"\n[questions.ok]\nauto_at = 0.5\nact_on = [true]\n'     # ok is true at 0.5: act
@@ -52,7 +51,7 @@ def test_ready_is_503_while_the_dead_letter_file_cannot_be_written(tmp_path):
         assert ready.headers["retry-after"] == "5"
 
 
-def test_unwritten_letters_wait_and_are_written_once_the_file_takes_them(tmp_path, tiny_filesystem):  # noqa: F811
+def test_unwritten_letters_wait_and_are_written_once_the_file_takes_them(tmp_path, tiny_filesystem):
     folder = tiny_filesystem("size=64k")
     filler = folder / "filler"
     config = WebhookConfig(url=refused_url(), secret=SECRET, dead_letter_path=folder / "dead.jsonl", max_tries=1,

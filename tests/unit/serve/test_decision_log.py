@@ -260,31 +260,6 @@ def test_a_directory_that_cannot_be_created_is_refused_at_open(tmp_path):
         assert str(directory) in str(caught.value) and isinstance(caught.value, DecisionLogError)
 
 
-def mount_tmpfs(directory: Path, options: str) -> bool:
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
-                              check=False, capture_output=True, timeout=WAIT_S).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@pytest.fixture
-def tiny_filesystem(tmp_path):
-    """A real 64 KiB filesystem (tmpfs), or a skip where this process may not mount one (not root)."""
-    mounted = []
-
-    def make(options: str = "size=64k") -> Path:
-        directory = tmp_path / f"fs{len(mounted)}"
-        if not mount_tmpfs(directory, options):
-            pytest.skip("cannot mount a tmpfs here (needs root)")
-        mounted.append(directory)
-        return directory
-    yield make
-    for directory in mounted:
-        subprocess.run(["umount", str(directory)], check=True, timeout=WAIT_S)
-
-
 def test_an_unwritable_directory_is_refused_at_open(tmp_path, tiny_filesystem):
     if os.geteuid() == 0:           # root writes through file modes: a read-only filesystem stands in
         directory = tiny_filesystem("ro,size=64k")
