@@ -68,7 +68,8 @@ from preprocess.item import MediaItem
 from preprocess.patches import PatchWriter
 from preprocess.processor import encode_media, media_on_device, normalize_patches
 from preprocess.resize import prescale_size, processor_resize
-from preprocess.video import REFERENCE_FRAMES, decode_video, frame_size
+from preprocess.video import decode_video
+from preprocess.video_frames import REFERENCE_FRAMES, frame_size
 
 # --smoke: the same code path at tiny sizes (explicit flags still win)
 SMOKE = {"rounds": 1, "seconds": 2.0, "scale": 0.25, "memory_clips": "720p"}

@@ -12,7 +12,8 @@ from preprocess.audio import DecodedAudio, decode_audio
 from preprocess.image import DecodedImage, decode_image
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
-from preprocess.video import REFERENCE_FRAMES, DecodedVideo, VideoFramePolicy, decode_video
+from preprocess.video import decode_video
+from preprocess.video_frames import REFERENCE_FRAMES, DecodedVideo, VideoFramePolicy
 
 
 def decode_item(item: MediaItem, limits: MediaLimits = MediaLimits(), policy: VideoFramePolicy = REFERENCE_FRAMES,

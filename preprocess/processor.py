@@ -40,7 +40,7 @@ from preprocess import align
 from preprocess.audio import SAMPLE_RATE_HZ, DecodedAudio
 from preprocess.image import DecodedImage
 from preprocess.patches import patchify_frames
-from preprocess.video import DecodedVideo
+from preprocess.video_frames import DecodedVideo
 
 if TYPE_CHECKING:   # the classes of the processors passed in; nothing here imports transformers
     from transformers import BatchFeature, Qwen2VLImageProcessorPil, WhisperFeatureExtractor

@@ -36,7 +36,7 @@ from preprocess.loader import IMAGE_PROCESSOR_KEYS, ProcessorParts
 from preprocess.media import MediaLimits, check_request
 from preprocess.processor import EncodedMedia, ItemEncoding, assemble_media, encode_item
 from preprocess.threads import ThreadBudget
-from preprocess.video import REFERENCE_FRAMES, VideoFramePolicy
+from preprocess.video_frames import REFERENCE_FRAMES, VideoFramePolicy
 
 NO_MEDIA = EncodedMedia(ids=[], tensors={}, use_audio_in_video=False, tokens_by_modality={})
 

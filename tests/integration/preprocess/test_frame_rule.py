@@ -17,7 +17,8 @@ from fixtures import media as fm
 from preprocess.errors import MediaTooLarge
 from preprocess.loader import load_processor_parts
 from preprocess.media import MediaLimits
-from preprocess.video import REFERENCE_FRAMES, VideoFramePolicy, decode_video
+from preprocess.video import decode_video
+from preprocess.video_frames import REFERENCE_FRAMES, VideoFramePolicy
 from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from preprocess.errors import MediaTooLarge, UnsupportedMedia
 from preprocess.image import decode_image
 from preprocess.media import MediaLimits
 from preprocess.processor import IMAGE_SIZE, encode_images
-from preprocess.video import smart_resize
+from preprocess.resize import smart_resize
 from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration

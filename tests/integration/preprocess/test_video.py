@@ -17,7 +17,8 @@ from fixtures import media as fm
 from preprocess.errors import MediaTooLarge, UnsupportedMedia
 from preprocess.media import MediaLimits
 from preprocess.processor import encode_videos, media_on_device, normalize_patches, patchify_frames
-from preprocess.video import VideoFramePolicy, decode_video, frame_size
+from preprocess.video import decode_video
+from preprocess.video_frames import VideoFramePolicy, frame_size
 from tests.media_items import media_item
 
 pytestmark = pytest.mark.integration
