@@ -137,3 +137,17 @@ class DeadlineExceeded(OmniError):
 
 class InferenceFailed(OmniError):
     """The model failed on a batch for a reason that is not the caller's fault (a bug or a device fault)."""
+
+
+class AdapterError(OmniError):
+    """An adapter cannot be used: its folder, files, name or base is wrong, or it is not served. Names the adapter and
+    the cause."""
+
+    def __init__(self, adapter: str, cause: str):
+        self.adapter = adapter
+        self.cause = cause
+        super().__init__(f"adapter {quoted(adapter)}: {cause}")
+
+
+class AdapterBusy(AdapterError):
+    """The adapter has requests in flight (it cannot be unloaded now)."""

@@ -16,6 +16,8 @@
     cache.py        ByteLRU: a thread-safe LRU bounded in bytes (the media and prefix caches)
     calibration.py  optional temperature scaling bound to a checkpoint
     fingerprint.py  the checkpoint's sha256 (kept per file in a sidecar) and the software versions, for audit records
+    adapter_format.py  the adapter folder: adapter.json (validated), its files whole, its sha256, served names
+    lora.py         LoRA adapters resident in the thinker (peft), applied per row of one forward
     export.py       a (fine-tuned) model, or a whole checkpoint directory, written in the released layout
     shards.py       backbone weights as numbered model-*.safetensors shards with model.safetensors.index.json
     tiny.py         a tiny random checkpoint built offline; checkpoints/ holds the embedded demo
