@@ -35,6 +35,7 @@ class ModelAudit:
     head: JSONObject                   # joint_head_config.json
     release_date: str
     source: str                        # the directory or hub id it was loaded from ("embedded demo" for the default)
+    adapter: JSONObject | None = None  # the adapter that answered: name, sha256 (of its files), mode, source, base
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ class AuditRecord:
     def to_wire(self) -> JSONObject:
         wire: dict[str, Any] = {"format": AUDIT_FORMAT, **asdict(self)}
         wire["media"] = [asdict(m) for m in self.media]
+        if self.model.adapter is None:          # the base answered: the record reads as it did before adapters
+            del wire["model"]["adapter"]
         return wire
 
 

@@ -16,7 +16,7 @@ CONFIDENCE_FORMULAS = ("clef", "typesafe")
 AUDIT_MODES = ("request", "record", "always")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars", "max_batch_records",
-                 "max_batch_tokens", "max_queue", "decode_threads")
+                 "max_batch_tokens", "max_queue", "decode_threads", "max_adapters")
 _AT_LEAST_TWO = ("max_choice_options", "max_score_levels")
 MAX_DECODE_THREADS = 64   # requests decoded at once; the media threads they share are also capped at the cores
 _NOT_NEGATIVE = ("torch_threads", "probability_decimals", "max_wait_ms", "inline_prepare_max_chars", "media_cache_mb",
@@ -60,6 +60,10 @@ class EngineConfig:
     prefill_chunk_tokens: int = 1024        # longer prefixes are prefilled a chunk at a time, others served between
     media: MediaLimits = field(default_factory=MediaLimits)
     cache_dir: str | None = None            # where the embedded tiny default is built; None = ~/.cache/omni-decide
+    adapters_dir: str | None = None         # each subfolder an adapter, served under the folder's name (SIGHUP rescans)
+    adapters: tuple[tuple[str, str], ...] = ()   # (name, folder) of adapters served besides those in adapters_dir
+    max_adapters: int = 8                   # adapters resident at once; the least recently used idle one is evicted
+    shadows: tuple[tuple[str, str], ...] = ()    # (live model, candidate adapter): the candidate scores live's requests
 
     def __post_init__(self) -> None:
         if self.confidence not in CONFIDENCE_FORMULAS:

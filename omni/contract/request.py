@@ -134,16 +134,21 @@ def _questions(raw: JSONValue, config: EngineConfig, issues: Issues,
     return tuple(questions)
 
 
-def served_model(name: str | None, config: EngineConfig) -> str:
-    """The served name for an accepted `model` field (missing = accepted); UnknownModel otherwise."""
+def served_model(name: str | None, config: EngineConfig, adapters: Sequence[str] = ()) -> str:
+    """The name an accepted `model` field is answered as (missing = the base's served name; an adapter's name: that
+    adapter); UnknownModel naming every model served otherwise."""
     accepted = tuple(dict.fromkeys((config.served_name, *config.model_aliases)))
     if name is None or name.strip() in accepted:
         return config.served_name
-    raise UnknownModel(name, accepted)
+    if name in adapters:
+        return name
+    raise UnknownModel(name, (*accepted, *adapters))
 
 
-def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] = ()) -> DecisionRequest:
+def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] = (),
+                  adapters: Sequence[str] = ()) -> DecisionRequest:
     """Validate a System One body and the parts sent beside it; unknown top-level fields are ignored.
+    `adapters`: the names of the adapters served besides the base (a request's `model` may name one).
 
     Raises InvalidRequest with every issue of the body, then UnknownModel for a model this server does not serve.
     """
@@ -172,7 +177,7 @@ def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] =
         issues.add(("x_audit",), "x_audit must be a boolean", "bool_type")
     questions = _questions(body.get("questions"), config, issues, replacements)
     issues.raise_if_any()
-    served_model(model, config)
+    served_model(model, config, adapters)
     return DecisionRequest(state=state, questions=questions, model=model, media=tuple(media), truncate=truncate,
                            request_id=body.get("id") if isinstance(body.get("id"), str) else None, isolation=isolation,
                            audit=audit)

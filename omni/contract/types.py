@@ -7,6 +7,7 @@ errors carry it and `preprocess` may not import `omni`).
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -125,6 +126,17 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class ShadowScore:
+    """A shadow candidate's answers to a request another model answered (never sent to the caller: logged)."""
+
+    model: str                               # the candidate adapter's name
+    adapter_sha256: str | None
+    answers: dict[str, JSONObject]           # System One answers, as the live response's
+    probabilities: dict[str, dict[str, float]]   # unrounded, question -> option (request order)
+    same_forward: bool                       # scored from the live request's forward (head-only) or its own
+
+
+@dataclass(frozen=True)
 class Decision:
     """The engine's answer: System One `answers` (JSON-ready dicts in request key order) plus accounting."""
 
@@ -140,6 +152,8 @@ class Decision:
     audit: AuditRecord | None = None         # when the request asked for it or the engine keeps one for every decision
     audit_shown: bool = False                # the response carries it (`x_audit`)
     outcome: Outcome | None = None           # act / review / pass under the server's policy (`x_outcome`)
+    shadow: Future[ShadowScore | None] | None = None   # a shadow candidate's score, when one scores this model's
+                                                       # requests (None inside: dropped before it would delay)
 
     def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""

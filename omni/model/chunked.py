@@ -49,13 +49,14 @@ class ChunkedPrefill:
         chunks, prefix, positions = record.progress, record.prefix_len, record.positions
         start = chunks.done
         end = min(prefix, max(start + self.chunk_tokens, record.prompt.media_end if start == 0 else 0))
-        hidden = self.backbone.prefill_chunk(chunks.cache, record.input_ids[start:end], positions[:, :, start:end],
-                                             record.media.tensors if start == 0 else {})
-        chunks.memory.append(self.head.memory_rows(hidden.to(self.head.hidden_norm.weight.device)))
+        with self.backbone.lora_rows([record.lora_key]):
+            hidden = self.backbone.prefill_chunk(chunks.cache, record.input_ids[start:end],
+                                                 positions[:, :, start:end], record.media.tensors if start == 0 else {})
+        chunks.hidden.append(hidden.to(self.head.hidden_norm.weight.device))
         chunks.done = end
         if end < prefix:
             return False
-        entry = PrefixEntry(self.backbone.cached_kv(chunks.cache), torch.cat(chunks.memory),
+        entry = PrefixEntry(self.backbone.cached_kv(chunks.cache), torch.cat(chunks.hidden),
                             int(positions[:, 0, :prefix].max()) + 1)
         record.prefix_entry, record.progress = entry, None
         if self.prefixes.enabled:

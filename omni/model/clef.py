@@ -23,6 +23,7 @@ import torch
 from omni.contract.audit import CalibrationAudit, ModelAudit, ModelEvidence
 from omni.contract.config import EngineConfig
 from omni.contract.types import DecisionRequest
+from omni.model.adapters import Adapter, Selection, load_adapter, unload_adapter
 from omni.model.backbone import Backbone
 from omni.model.cache import CacheStats
 from omni.model.calibration import Calibration
@@ -88,8 +89,21 @@ class ClefModel:
     def encode_media(self, items: tuple[MediaItem, ...]) -> RequestMedia:
         return self.inputs.encode_media(items)
 
-    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None) -> PreparedRecord:
-        return self.inputs.prepare(request, media)
+    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None,
+                selection: Selection | None = None) -> PreparedRecord:
+        return self.inputs.prepare(request, media, selection)
+
+    # ----------------------------------------------------------------------------------- adapters (model thread)
+    def load_adapter(self, directory: str | Path, name: str) -> Adapter:
+        """The adapter in `directory` served as `name`, checked against this base; a LoRA adapter's weights become
+        resident in the thinker. Call it where no forward runs at the same time (the engine's model lock)."""
+        return load_adapter(directory, name, base_sha256=self.sha256, hidden_size=self.backbone.hidden_size,
+                            device=self.forward.head_device, head_dtype=self.head.hidden_norm.weight.dtype,
+                            slots=self.backbone.lora)
+
+    def unload_adapter(self, adapter: Adapter) -> None:
+        """Free what `adapter` holds in the base (no record using it may still run)."""
+        unload_adapter(adapter, self.backbone.lora)
 
     # ------------------------------------------------------------------------------------------- on the model thread
     def logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
@@ -98,9 +112,19 @@ class ClefModel:
     @torch.inference_mode()
     def probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         per_record = self.logits(records)
-        if self.calibration is not None:
-            per_record = [self.calibration.apply_record(r.request, x) for r, x in zip(records, per_record, strict=True)]
-        return [option_probabilities(per_question) for per_question in per_record]
+        for record in records:
+            shadow, logits = record.selection.shadow, record.shadow_logits
+            if shadow is not None and logits is not None:
+                record.shadow_probabilities = option_probabilities(self._calibrated(record, logits, shadow))
+        return [option_probabilities(self._calibrated(record, logits, record.selection.adapter))
+                for record, logits in zip(records, per_record, strict=True)]
+
+    def _calibrated(self, record: PreparedRecord, logits: list[torch.Tensor],
+                    adapter: Adapter | None) -> list[torch.Tensor]:
+        """The logits of the record's questions under the calibration of whoever answered (an adapter's own, else
+        the base's)."""
+        calibration = adapter.calibration if adapter is not None else self.calibration
+        return calibration.apply_record(record.request, logits) if calibration is not None else logits
 
     def needs_chunks(self, record: PreparedRecord) -> bool:
         return self.chunks.needs_chunks(record)
@@ -113,11 +137,14 @@ class ClefModel:
 
     # -------------------------------------------------------------------------------------------------- audit
     def evidence(self, record: PreparedRecord) -> ModelEvidence:
-        calibration = self.calibration
+        adapter = record.selection.adapter
+        calibration = adapter.calibration if adapter is not None else self.calibration
         source = self.source
+        head = adapter.head if adapter is not None else self.head
         return ModelEvidence(
-            model=ModelAudit("", self.sha256, dict(self.head.config), source.release_date,
-                             "embedded demo checkpoint" if source.tiny_default else str(source.directory)),
+            model=ModelAudit("", self.sha256, dict(head.config), source.release_date,
+                             "embedded demo checkpoint" if source.tiny_default else str(source.directory),
+                             adapter.audit() if adapter is not None else None),
             calibration=CalibrationAudit(calibration.file_sha256, calibration.format,
                                          calibration.buckets(record.request)) if calibration is not None else None,
             prompt=record.prompt_audit,

@@ -1,12 +1,14 @@
 """The batched forward: prepared records -> per question head logits, in as few backbone passes as the batch allows.
 
 Records whose prefix is not cached run whole, together, as without a cache, and leave their prefix behind (each
-layer's keys/values and the head's memory rows, `PrefixEntry`). Isolated records whose prefix is not cached first
+layer's keys/values and its final-norm hidden rows, `PrefixEntry`). Isolated records whose prefix is not cached first
 run their prefixes alone. Every record whose prefix is then known — cached, computed in this batch, or prefilled in
 chunks just before (`record.prefix_entry`) — prefills only what follows it: a joint record's schema, or each block of
 an isolated record, as rows of one forward per prefix (as many at a time as `CONTINUATION_BUDGET_BYTES` of repeated
-keys/values allow), then ONE batched head pass reads them with their prefix's memory rows.
-Under grad (training) the prefix cache is neither read nor filled. Runs on the thread that owns the model.
+keys/values allow), then ONE batched pass per head reads them with their prefix's memory rows for that head.
+Adapters: each backbone row runs with its record's LoRA weights, if any (`Backbone.lora_rows`: one forward for rows
+of different adapters); each record is read by its adapter's head (else the base's), and a head-only shadow
+candidate's head reads the same rows (its logits go to `record.shadow_logits`). Under grad (training) the prefix cache is neither read nor filled. Runs on the thread that owns the model.
 Knows nothing of requests' wire shape, media decoding, chunk scheduling, queues or HTTP.
 """
 from __future__ import annotations
@@ -33,17 +35,22 @@ Run = tuple[int, int, int, RecordSpans]      # (record index, start, end, spans)
 
 @dataclass
 class _Unit:
-    """What the head reads for one block that follows a computed prefix: its rows, ids, spans (row indices)."""
+    """What one head reads for one record's rows: the rows, ids, spans (row indices) and, after a computed prefix,
+    the prefix's memory rows for that head. `shadow`: the logits go to the record's shadow candidate."""
 
     record: int
+    head: JointSchemaHead
     hidden: torch.Tensor               # [S, H]
     input_ids: torch.Tensor            # [S]
     spans: RecordSpans
-    memory: torch.Tensor               # the prefix's memory rows [P, W]
+    memory: torch.Tensor | None        # the prefix's memory rows [P, W] (None: the rows are the whole record)
+    shadow: bool = False
 
 
 class Forward:
-    """The forward of one loaded model: its backbone, head, prefix cache and the inputs that complete records."""
+    """The forward of one loaded model: its backbone, base head, prefix cache and the inputs that complete records.
+    Each record is read by its own head (its adapter's, else the base's) and, with a head-only shadow candidate, by
+    the candidate's too, from the same rows."""
 
     def __init__(self, backbone: Backbone, head: JointSchemaHead, prefixes: PrefixCache, inputs: Inputs):
         self.backbone, self.head, self.prefixes, self.inputs = backbone, head, prefixes, inputs
@@ -52,22 +59,31 @@ class Forward:
     def head_device(self) -> torch.device:
         return self.head.hidden_norm.weight.device
 
+    def head_of(self, record: PreparedRecord) -> JointSchemaHead:
+        adapter = record.selection.adapter
+        return adapter.head if adapter is not None else self.head
+
     def logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
-        """Per record, per question [n_i] logits (request question order)."""
+        """Per record, per question [n_i] logits (request question order); a head-only shadow candidate's go to
+        `record.shadow_logits`."""
         use_cache = self.prefixes.enabled and not torch.is_grad_enabled()
         entries = self._known_prefixes(records, use_cache)
-        out: list[list[torch.Tensor] | None] = [None] * len(records)
+        units: list[_Unit] = []
         full = [i for i, r in enumerate(records) if not r.prompt.isolated and r.prefix_key not in entries]
         if full:
-            for i, logits in zip(full, self._full(records, full, entries if use_cache else None), strict=True):
-                out[i] = logits
+            units += self._full(records, full, entries if use_cache else None)
         missing = {r.prefix_key: i for i, r in enumerate(records) if r.prompt.isolated and r.prefix_key not in entries}
         if missing:
             self._prefixes(records, list(missing.values()), entries, store=use_cache)
-        units = self._continue(records, [i for i in range(len(records)) if out[i] is None], entries)
-        if units:
-            self._read_units(records, units, out)
-        return [logits or [] for logits in out]
+        done = set(full)
+        units += self._continue(records, [i for i in range(len(records)) if i not in done], entries)
+        out: list[list[torch.Tensor]] = [[] for _ in records]
+        shadow: list[list[torch.Tensor]] = [[] for _ in records]
+        for unit, logits in zip(units, self._heads(units), strict=True):
+            (shadow if unit.shadow else out)[unit.record].extend(logits)   # an isolated record's blocks in order
+        for record, logits in zip(records, shadow, strict=True):
+            record.shadow_logits = logits if record.selection.shadow is not None else None
+        return out
 
     def _known_prefixes(self, records: Sequence[PreparedRecord], use_cache: bool) -> dict[str, PrefixEntry]:
         """Prefix key -> entry of every prefix known before this batch runs (prefilled in chunks just now, or cached
@@ -85,31 +101,32 @@ class Forward:
                     entries[record.prefix_key] = entry
         return entries
 
-    def _read_units(self, records: Sequence[PreparedRecord], units: list[_Unit],
-                    out: list[list[torch.Tensor] | None]) -> None:
-        """One head pass over `units`; each record's logits into `out` (an isolated record's blocks in order)."""
-        per_unit = self._head([u.hidden for u in units], [u.input_ids for u in units], [u.spans for u in units],
-                              [u.memory for u in units])
-        for unit, logits in zip(units, per_unit, strict=True):
-            if records[unit.record].prompt.isolated:
-                out[unit.record] = (out[unit.record] or []) + logits
-            else:
-                out[unit.record] = logits
+    def _units(self, i: int, record: PreparedRecord, hidden: torch.Tensor, input_ids: torch.Tensor,
+               spans: RecordSpans, entry: PrefixEntry | None) -> list[_Unit]:
+        """What the record's head (and its head-only shadow candidate's) read of these rows."""
+        heads = [(self.head_of(record), False)]
+        candidate = record.selection.shadow
+        if candidate is not None:
+            heads.append((candidate.head, True))
+        return [_Unit(i, head, hidden, input_ids, spans, entry.memory_for(head) if entry is not None else None, shadow)
+                for head, shadow in heads]
 
     def _full(self, records: Sequence[PreparedRecord], rows: list[int],
-              entries: dict[str, PrefixEntry] | None) -> list[list[torch.Tensor]]:
+              entries: dict[str, PrefixEntry] | None) -> list[_Unit]:
         """One forward of whole records (the path without a cache); their prefixes go to `entries` and the cache."""
         chosen = [self.inputs.complete(records[i]) for i in rows]
         batch = self.backbone.collate([(r.input_ids, r.positions, r.media.tensors) for r in chosen])
-        if entries is None:
-            hidden = self.backbone.padded_hidden_states(batch)
-        else:
-            hidden, cache = self.backbone.prefill_with_cache(batch)
-            for row, record in enumerate(chosen):
-                self._keep(record, entries, cache, row, hidden[row], store=True)
-        return self.head.forward_batch(hidden.to(self.head_device), batch.lengths,
-                                       batch.input_ids.to(self.head_device), self.backbone.lexical_table,
-                                       [r.prompt.spans for r in chosen])
+        with self.backbone.lora_rows([r.lora_key for r in chosen]):
+            if entries is None:
+                hidden = self.backbone.padded_hidden_states(batch)
+            else:
+                hidden, cache = self.backbone.prefill_with_cache(batch)
+                for row, record in enumerate(chosen):
+                    self._keep(record, entries, cache, row, hidden[row], store=True)
+        hidden = hidden.to(self.head_device)
+        return [unit for row, (i, record) in enumerate(zip(rows, chosen, strict=True))
+                for unit in self._units(i, record, hidden[row, :batch.lengths[row]], record.input_ids,
+                                        record.prompt.spans, None)]
 
     def _prefixes(self, records: Sequence[PreparedRecord], rows: list[int], entries: dict[str, PrefixEntry],
                   store: bool) -> None:
@@ -117,7 +134,8 @@ class Forward:
         chosen = [self.inputs.complete(records[i]) for i in rows]
         batch = self.backbone.collate([(r.input_ids[:r.prefix_len], r.positions[:, :, :r.prefix_len],
                                         r.media.tensors) for r in chosen])
-        hidden, cache = self.backbone.prefill_with_cache(batch)
+        with self.backbone.lora_rows([r.lora_key for r in chosen]):
+            hidden, cache = self.backbone.prefill_with_cache(batch)
         for row, record in enumerate(chosen):
             self._keep(record, entries, cache, row, hidden[row], store)
 
@@ -128,7 +146,7 @@ class Forward:
         if key in entries:
             return
         entry = PrefixEntry(self.backbone.prefix_kv(cache, row, length),
-                            self.head.memory_rows(hidden[:length].to(self.head_device)),
+                            hidden[:length].to(self.head_device, copy=True),
                             int(record.positions[:, 0, :length].max()) + 1)
         entries[key] = entry
         if store:
@@ -138,7 +156,7 @@ class Forward:
                   entries: dict[str, PrefixEntry]) -> list[_Unit]:
         """Prefill what follows each computed prefix. Every run after a prefix is a row: a joint record's schema, or
         one block of an isolated record; rows sharing a prefix go through one forward (as many at a time as
-        CONTINUATION_BUDGET_BYTES of repeated keys/values allow). Returns what the head must read."""
+        CONTINUATION_BUDGET_BYTES of repeated keys/values allow). Returns what the heads must read."""
         runs: dict[str, list[Run]] = {}    # prefix key -> its runs
         for i in rows:
             record = records[i]
@@ -156,7 +174,8 @@ class Forward:
         return units
 
     def _continue_rows(self, records: Sequence[PreparedRecord], runs: list[Run], entry: PrefixEntry) -> list[_Unit]:
-        """One forward of runs that follow the same prefix (right-padded rows; each causal over prefix + itself)."""
+        """One forward of runs that follow the same prefix (right-padded rows; each causal over prefix + itself).
+        They share the prefix key, hence its LoRA weights."""
         pieces: list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = []
         for i, start, end, _ in runs:
             record = records[i]
@@ -164,18 +183,34 @@ class Forward:
             pieces.append((record.input_ids[start:end], record.suffix_position_ids[:, :, offset:offset + end - start],
                            {}))
         batch = self.backbone.collate(pieces)
-        hidden = self.backbone.continue_from(entry.kv, batch.input_ids, batch.position_ids)
-        return [_Unit(i, hidden[row, :end - start], records[i].input_ids[start:end], spans.shifted(-start),
-                      entry.memory) for row, (i, start, end, spans) in enumerate(runs)]
+        with self.backbone.lora_rows([records[i].lora_key for i, *_ in runs]):
+            hidden = self.backbone.continue_from(entry.kv, batch.input_ids, batch.position_ids)
+        hidden = hidden.to(self.head_device)
+        return [unit for row, (i, start, end, spans) in enumerate(runs)
+                for unit in self._units(i, records[i], hidden[row, :end - start], records[i].input_ids[start:end],
+                                        spans.shifted(-start), entry)]
 
-    def _head(self, hidden: list[torch.Tensor], input_ids: list[torch.Tensor], spans: list[RecordSpans],
-              memory: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-        """One batched head pass over units that follow computed prefixes."""
-        lengths = [len(ids) for ids in input_ids]
-        padded = hidden[0].new_zeros(len(hidden), max(lengths), hidden[0].shape[-1])
-        ids = torch.zeros(len(hidden), max(lengths), dtype=torch.long)
-        for row, (h, i) in enumerate(zip(hidden, input_ids, strict=True)):
-            padded[row, :len(i)] = h
-            ids[row, :len(i)] = i
-        return self.head.forward_batch(padded.to(self.head_device), lengths, ids.to(self.head_device),
-                                       self.backbone.lexical_table, spans, prefix_memory=memory)
+    def _heads(self, units: list[_Unit]) -> list[list[torch.Tensor]]:
+        """Each unit's logits (unit order): one batched pass per head over the units it reads."""
+        out: list[list[torch.Tensor]] = [[] for _ in units]
+        by_head: dict[int, list[int]] = {}
+        for n, unit in enumerate(units):
+            by_head.setdefault(id(unit.head), []).append(n)
+        for members in by_head.values():
+            group = [units[n] for n in members]
+            for n, logits in zip(members, self._head(group), strict=True):
+                out[n] = logits
+        return out
+
+    def _head(self, units: list[_Unit]) -> list[list[torch.Tensor]]:
+        """One batched pass of one head over its units."""
+        lengths = [len(u.input_ids) for u in units]
+        padded = units[0].hidden.new_zeros(len(units), max(lengths), units[0].hidden.shape[-1])
+        ids = torch.zeros(len(units), max(lengths), dtype=torch.long)
+        for row, unit in enumerate(units):
+            padded[row, :lengths[row]] = unit.hidden
+            ids[row, :lengths[row]] = unit.input_ids
+        memory = [u.memory for u in units]
+        return units[0].head.forward_batch(padded, lengths, ids.to(self.head_device), self.backbone.lexical_table,
+                                           [u.spans for u in units],
+                                           prefix_memory=memory if any(m is not None for m in memory) else None)

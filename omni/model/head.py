@@ -239,6 +239,30 @@ def option_probabilities(logits: list[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.softmax(x.float(), dim=-1) for x in logits]
 
 
+def build_joint_head(config: dict, state: dict[str, torch.Tensor], what: str = "joint_head.safetensors") -> JointSchemaHead:
+    """A head built from its config and loaded from `state` with strict=True; ValueError naming every unknown config
+    key, missing, unexpected or shape-mismatched weight (`what` names the weights' file in the message)."""
+    unknown = sorted(set(config) - set(HEAD_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"the head config has unknown keys: {', '.join(unknown)}")
+    try:
+        head = JointSchemaHead(**config)
+    except TypeError as exc:
+        raise ValueError(f"the head config is incomplete: {exc}") from None
+    expected = head.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    mismatched = sorted(f"{k} (file {tuple(state[k].shape)} vs config {tuple(v.shape)})"
+                        for k, v in expected.items() if k in state and state[k].shape != v.shape)
+    if missing or unexpected or mismatched:
+        raise ValueError(f"{what} does not match its head config — "
+                         + " | ".join(f"{kind}: {', '.join(keys)}" for kind, keys in
+                                      (("missing keys", missing), ("unexpected keys", unexpected),
+                                       ("shape-mismatched keys", mismatched)) if keys))
+    head.load_state_dict(state, strict=True)
+    return head
+
+
 def load_joint_head(directory: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> JointSchemaHead:
     """Build the head from `joint_head_config.json` and load `joint_head.safetensors` with strict=True."""
     import json
@@ -253,19 +277,9 @@ def load_joint_head(directory: str | Path, device: str = "cpu", dtype: torch.dty
         state = load_file(str(directory / "joint_head.safetensors"))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read the joint head in {directory}: {exc}") from exc
-    unknown = sorted(set(config) - set(HEAD_CONFIG_KEYS))
-    if unknown:
-        raise CheckpointError(f"joint_head_config.json has unknown keys: {', '.join(unknown)}")
-    head = JointSchemaHead(**config)
-    expected = head.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    mismatched = sorted(f"{k} (file {tuple(state[k].shape)} vs config {tuple(v.shape)})"
-                        for k, v in expected.items() if k in state and state[k].shape != v.shape)
-    if missing or unexpected or mismatched:
-        raise CheckpointError("joint_head.safetensors does not match joint_head_config.json — "
-                              + " | ".join(f"{what}: {', '.join(keys)}" for what, keys in
-                                           (("missing keys", missing), ("unexpected keys", unexpected),
-                                            ("shape-mismatched keys", mismatched)) if keys))
-    head.load_state_dict(state, strict=True)
+    try:
+        head = build_joint_head(config, state)
+    except ValueError as exc:
+        raise CheckpointError(str(exc).replace("its head config", "joint_head_config.json")
+                              .replace("the head config", "joint_head_config.json")) from None
     return head.to(device=device, dtype=dtype).eval()

@@ -19,6 +19,7 @@ import torch
 
 from omni.contract.audit import MediaAudit, PromptAudit
 from omni.contract.types import DecisionRequest
+from omni.model.adapters import Selection
 from omni.model.backbone import Backbone
 from omni.model.media import MediaEncoder, RequestMedia
 from omni.model.prefixes import PrefixCache, PrefixEntry, PrefixProgress
@@ -45,6 +46,15 @@ class PreparedRecord:
     prefix_entry: PrefixEntry | None = None    # its prefix, once prefilled in chunks
     progress: PrefixProgress | None = None     # a chunked prefill under way
     media_audit: tuple[MediaAudit, ...] = ()   # the audit record's media: what the model used of each item
+    selection: Selection = field(default_factory=Selection)   # the adapter it is answered with, a shadow candidate
+    shadow_logits: list[torch.Tensor] | None = None            # the head-only shadow candidate's, from the forward
+    shadow_probabilities: list[torch.Tensor] | None = None     # the same, calibrated and normalised
+
+    @property
+    def lora_key(self) -> str | None:
+        """The resident LoRA weights its backbone rows run with (None: the base)."""
+        adapter = self.selection.adapter
+        return adapter.lora_key if adapter is not None else None
 
     @property
     def num_tokens(self) -> int:
@@ -84,8 +94,11 @@ class Inputs:
         carrying the bad item."""
         return self.media.encode(items)
 
-    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None) -> PreparedRecord:
-        """The request's model inputs. `media`: its items already encoded (`encode_media`), to reuse them."""
+    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None,
+                selection: Selection | None = None) -> PreparedRecord:
+        """The request's model inputs. `media`: its items already encoded (`encode_media`), to reuse them;
+        `selection`: the adapter (and shadow candidate) it is answered with (None: the base)."""
+        selection = selection or Selection()
         started = time.perf_counter()
         if media is None:
             media = self.encode_media(request.media)
@@ -97,11 +110,13 @@ class Inputs:
         # "text" = every token that is not a media pad (block markers and newlines count as text)
         text_tokens = len(prompt.input_ids) - sum(encoded.tokens_by_modality.values())
         tokens = {"text": text_tokens, **encoded.tokens_by_modality}
-        key = self.prefixes.key(input_ids, prompt.prefix_len, media.digest, encoded.use_audio_in_video)
+        lora = selection.adapter.lora_key if selection.adapter is not None else None
+        key = self.prefixes.key(input_ids, prompt.prefix_len, media.digest, encoded.use_audio_in_video, lora)
         cache = {"media": "hit" if media.cached_items == media.items else "partial" if media.cached_items else "miss"} \
             if media.items and self.media.cache.enabled else {}
         record = PreparedRecord(request, prompt, input_ids, encoded, None, torch.empty(3, 1, 0, dtype=torch.long),
-                                tokens, prompt_audit(prompt, tokens), key, {}, cache, media_audit=media.audit)
+                                tokens, prompt_audit(prompt, tokens), key, {}, cache, media_audit=media.audit,
+                                selection=selection)
         expected = self.prefixes.peek(key) if self.prefixes.enabled else None
         if expected is not None:   # likely to reuse the prefix: no pixels, no positions before the questions
             record.suffix_position_ids = after_prefix(prompt, expected.next_position)

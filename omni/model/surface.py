@@ -3,6 +3,7 @@
     PreparedInputs    what the engine reads of a prepared record (its request, token counts, timings, cache outcomes)
     DecisionModel     what the engine and evaluation call: prepare off the model thread, logits / probabilities on
                       it, the chunked-prefill hooks, the caches' counters, the evidence for an audit record
+    AdapterHost       a model adapters can be loaded into and unloaded from (omni/model/adapters.py)
     TrainableModel    a DecisionModel whose weights fine-tuning can reach (the thinker backbone and the head)
 
 A model's records are its own: whatever its `prepare` returns goes back, unchanged, to its `logits`,
@@ -14,6 +15,7 @@ training loops or the environment.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -21,6 +23,7 @@ from typing_extensions import TypeVar
 
 from omni.contract.audit import ModelEvidence
 from omni.contract.types import DecisionRequest
+from omni.model.adapters import Adapter, Selection
 from omni.model.backbone import Backbone
 from omni.model.cache import CacheStats
 from omni.model.calibration import Calibration
@@ -55,6 +58,12 @@ class PreparedInputs(Protocol):
     @property
     def truncated_state_chars(self) -> int: ...
 
+    @property
+    def shadow_probabilities(self) -> list[torch.Tensor] | None: ...   # a head-only shadow candidate's, once computed
+
+    @property
+    def selection(self) -> Selection: ...                  # the adapter it is answered with, a shadow candidate
+
 
 # the record type of one model; the default is what a caller that never sees the model's records knows of them
 RecordT = TypeVar("RecordT", bound=PreparedInputs, default=PreparedInputs)
@@ -74,8 +83,10 @@ class DecisionModel(Protocol[RecordT]):
         """A request's media items decoded and encoded (through the media cache); typed MediaError on a bad item."""
         ...
 
-    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None) -> RecordT:
-        """The request's model inputs; `media`: its items already encoded by `encode_media`."""
+    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None,
+                selection: Selection | None = None) -> RecordT:
+        """The request's model inputs; `media`: its items already encoded by `encode_media`; `selection`: the adapter
+        (and head-only shadow candidate) it is answered with (None: the base)."""
         ...
 
     def logits(self, records: Sequence[RecordT]) -> list[list[torch.Tensor]]:
@@ -109,6 +120,20 @@ class DecisionModel(Protocol[RecordT]):
     def evidence(self, record: RecordT) -> ModelEvidence:
         """What the model knows of one prepared decision for its audit record: the checkpoint's hash, the
         calibration and buckets used, the prompt's and media's audit, software, device and dtypes."""
+        ...
+
+
+@runtime_checkable
+class AdapterHost(Protocol):
+    """A model that adapters can be loaded into (ClefModel; the test fake is not one). Both calls run where no
+    forward runs at the same time."""
+
+    def load_adapter(self, directory: str | Path, name: str) -> Adapter:
+        """The adapter in `directory` served as `name`, checked against the base; AdapterError naming the cause."""
+        ...
+
+    def unload_adapter(self, adapter: Adapter) -> None:
+        """Free what the adapter holds in the base."""
         ...
 
 

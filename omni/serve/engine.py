@@ -23,14 +23,16 @@ import torch
 from omni.contract.answers import build_answers
 from omni.contract.audit import AuditRecord, RuntimeAudit
 from omni.contract.config import EngineConfig
-from omni.contract.errors import DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
-from omni.contract.types import Decision, DecisionRequest, Option, Question, Usage
+from omni.contract.errors import AdapterError, DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
+from omni.contract.types import Decision, DecisionRequest, Option, Question, ShadowScore, Usage
 from omni.model.cache import CacheStats
-from omni.model.surface import DecisionModel, RecordT
+from omni.model.surface import AdapterHost, DecisionModel, RecordT
+from omni.serve.adapters import AdapterRegistry, scan_folder
 from omni.serve.batcher import REQUEUE, BatcherStats, MicroBatcher, Requeue
 from omni.serve.chunking import LongPrefills
 from omni.serve.cpus import torch_threads_for, usable_cpus
 from omni.serve.heap import HeapTrimmer
+from omni.serve.selection import Held, Selector
 from omni.serve.surface import LongPrefillStats, ModelCard
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class DecisionEngine(Generic[RecordT]):
         self._batcher: MicroBatcher[RecordT, Decision] | None = None
         self._heap = HeapTrimmer()
         self._longs = LongPrefills()       # long prefills admitted and not yet ended
+        self._model_lock = threading.Lock()   # held by each model turn, and while adapters' weights go in or out
+        self.adapters: AdapterRegistry | None = None
+        self.selector = Selector(None, self.config.served_name, self.config.model_aliases)
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def load(self) -> DecisionEngine[RecordT]:
@@ -62,8 +67,26 @@ class DecisionEngine(Generic[RecordT]):
         set_torch_threads(cfg.torch_threads, cfg.decode_threads)
         model = self._model()
         self._run([model.prepare(WARMUP_REQUEST)])
+        self._load_adapters(model)
         self._warm = True
         return self
+
+    def _load_adapters(self, model: DecisionModel[RecordT]) -> None:
+        """The configured adapters, loaded (an AdapterError naming the adapter stops the start), and shadow pairs."""
+        cfg = self.config
+        if not isinstance(model, AdapterHost):
+            if cfg.adapters or cfg.adapters_dir or cfg.shadows:
+                raise AdapterError(cfg.served_name, "this model cannot load adapters")
+            return
+        registry = AdapterRegistry(model, self._model_lock, base_names=self.selector.base_names,
+                                   max_resident=cfg.max_adapters, scan_dir=cfg.adapters_dir)
+        found = scan_folder(registry.scan_dir) if registry.scan_dir is not None else {}
+        for name, path in [*found.items(), *cfg.adapters]:
+            registry.register(name, str(path))
+        for live, candidate in cfg.shadows:
+            registry.set_shadow(live, candidate)
+        self.adapters = registry
+        self.selector = Selector(registry, cfg.served_name, cfg.model_aliases)
 
     def _model(self) -> DecisionModel[RecordT]:
         """The model, loaded from the config first when none was given."""
@@ -150,9 +173,10 @@ class DecisionEngine(Generic[RecordT]):
         started = time.perf_counter()
         model = self._model()
         try:
-            pending = [self._longs.turn(model, record, record.timings_ms) for record in records]
-            ready = [record for record, more in zip(records, pending, strict=True) if not more]
-            probabilities = iter(model.probabilities(ready) if ready else [])
+            with self._model_lock:
+                pending = [self._longs.turn(model, record, record.timings_ms) for record in records]
+                ready = [record for record, more in zip(records, pending, strict=True) if not more]
+                probabilities = iter(model.probabilities(ready) if ready else [])
         except OmniError:
             raise
         except Exception as exc:  # a bug or a device fault: fail this batch only, without internals on the wire
@@ -166,16 +190,26 @@ class DecisionEngine(Generic[RecordT]):
 
     def _decision(self, record: RecordT, per_question: list[torch.Tensor], forward_ms: float,
                   batch_size: int) -> Decision:
-        answers = build_answers(record.request.questions, [p.tolist() for p in per_question],
-                                confidence=self.config.confidence, decimals=self.config.probability_decimals)
+        answers = self._answers(record.request, per_question)
         request, mode = record.request, self.config.audit
         audit = self._audit(record, batch_size, per_question) if request.audit or mode != "request" else None
-        return Decision(model=self.config.served_name, answers=answers, usage=Usage(record.num_tokens, 0),
+        shadow: Future[ShadowScore | None] | None = None
+        candidate, scored = record.selection.shadow, record.shadow_probabilities
+        if candidate is not None and scored is not None:
+            shadow = Future()
+            shadow.set_result(ShadowScore(candidate.name, candidate.sha256, self._answers(request, scored),
+                                          unrounded(request.questions, scored), same_forward=True))
+        return Decision(model=self.selector.answered_as(request, record.selection), answers=answers,
+                        usage=Usage(record.num_tokens, 0), shadow=shadow,
                         truncated_state_tokens=record.truncated_state_tokens,
                         truncated_state_chars=record.truncated_state_chars,
                         tokens_by_modality=dict(record.tokens_by_modality),
                         timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
                         cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always")
+
+    def _answers(self, request: DecisionRequest, per_question: list[torch.Tensor]) -> dict[str, Any]:
+        return build_answers(request.questions, [p.tolist() for p in per_question], confidence=self.config.confidence,
+                             decimals=self.config.probability_decimals)
 
     def _audit(self, record: RecordT, batch_size: int, per_question: list[torch.Tensor]) -> AuditRecord:
         """The decision's audit record: the model's evidence plus the served name, the forward it ran in (its batch
@@ -190,7 +224,8 @@ class DecisionEngine(Generic[RecordT]):
             head_dtype=evidence.head_dtype, batch_size=batch_size, chunked="prefill_chunks" in record.timings_ms,
             cache=dict(record.cache))
         decided_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
-        return AuditRecord(model=dataclasses.replace(evidence.model, id=self.config.served_name),
+        return AuditRecord(model=dataclasses.replace(evidence.model,
+                                                     id=self.selector.answered_as(record.request, record.selection)),
                            calibration=evidence.calibration, prompt=evidence.prompt, media=evidence.media,
                            runtime=runtime, request_id=record.request.request_id,
                            decided_at=decided_at.replace("+00:00", "Z"),
@@ -202,21 +237,31 @@ class DecisionEngine(Generic[RecordT]):
 
     def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision]:
         """Synchronous: N requests in ONE forward (long ones after their chunks); equal to N `decide` calls (within
-        float tolerance)."""
+        float tolerance). Each request's `model` selects its adapter (checked first: UnknownModel names every one)."""
         self.load()
         model = self._model()
-        records = [model.prepare(r) for r in requests]
-        results: list[Decision | Requeue] = [REQUEUE] * len(records)
-        while any(result is REQUEUE for result in results):
-            waiting = [i for i, result in enumerate(results) if result is REQUEUE]
-            for i, result in zip(waiting, self._run([records[i] for i in waiting]), strict=True):
-                results[i] = result
+        for request in requests:
+            self.selector.check(request)
+        held: list[Held] = []
+        try:
+            for request in requests:
+                held.append(self.selector.select(request))
+            records = [model.prepare(r, None, h.selection) for r, h in zip(requests, held, strict=True)]
+            results: list[Decision | Requeue] = [REQUEUE] * len(records)
+            while any(result is REQUEUE for result in results):
+                waiting = [i for i, result in enumerate(results) if result is REQUEUE]
+                for i, result in zip(waiting, self._run([records[i] for i in waiting]), strict=True):
+                    results[i] = result
+        finally:
+            for h in held:
+                h.release()
         return [result for result in results if isinstance(result, Decision)]
 
     def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future[Decision]:
         """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error."""
         if not self._ready or self._batcher is None:
             raise NotReady("the model is not loaded yet" if self._batcher is None else "the engine is stopping")
+        self.selector.check(request)            # an unknown model: at once, naming the models served
         with self._lock:
             if self._in_flight >= self.config.max_queue:
                 raise Overloaded(f"{self._in_flight} requests in flight (max_queue {self.config.max_queue})",
@@ -243,7 +288,7 @@ class DecisionEngine(Generic[RecordT]):
     def _prepare_inline(self, request: DecisionRequest) -> bool:
         """Media-free requests with at most `inline_prepare_max_chars` of text are prepared on the caller's thread."""
         limit = self.config.inline_prepare_max_chars
-        if limit <= 0 or request.media:
+        if limit <= 0 or request.media or not self.selector.is_base(request.model):   # an adapter may need loading
             return False
         budget = limit - text_chars(request.state, limit + 1)
         for question in request.questions:
@@ -263,10 +308,12 @@ class DecisionEngine(Generic[RecordT]):
         batcher, model = self._batcher, self._model()
         assert batcher is not None                       # submit checked it
         announced = expected                             # an announcement this request must still settle
+        held = Held(None)
         try:
             if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
                 return
-            record = model.prepare(request)
+            held = self.selector.select(request)         # the adapter version it keeps to its end
+            record = model.prepare(request, None, held.selection)
             if time.monotonic() > deadline:
                 raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
@@ -279,6 +326,7 @@ class DecisionEngine(Generic[RecordT]):
                 self._longs.finish(long)
                 raise
         except BaseException as exc:  # noqa: BLE001 (every request ends: its own error, never a hang)
+            held.release()
             outcome.set_exception(exc)
             return
         finally:
@@ -288,6 +336,7 @@ class DecisionEngine(Generic[RecordT]):
 
         def transfer(done: Future[Decision]) -> None:
             self._longs.finish(long)
+            held.release()
             error = done.exception()
             if error is not None:
                 outcome.set_exception(error)
@@ -295,9 +344,19 @@ class DecisionEngine(Generic[RecordT]):
             decision = done.result()
             decision.timings_ms["queue"] = max(0.0, (time.perf_counter() - queued_at) * 1e3
                                                - decision.timings_ms.get("forward", 0.0))
+            if held.own_forward is not None:
+                decision = dataclasses.replace(decision, shadow=self._shadow_forward(request, held.own_forward))
             outcome.set_result(decision)
 
         queued.add_done_callback(transfer)
+
+
+    def _shadow_forward(self, request: DecisionRequest, candidate: str) -> Future[ShadowScore | None]:
+        """Score `request` with `candidate` by a forward of its own, after the live answer, while the server has room
+        (fewer requests in flight than one batch holds); else dropped (counted)."""
+        with self._lock:
+            room = self._in_flight < self.config.max_batch_records
+        return self.selector.own_forward(self.submit, request, candidate, room)
 
 
 def set_torch_threads(asked: int, decode_threads: int) -> int:

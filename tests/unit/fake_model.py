@@ -22,6 +22,7 @@ import torch
 from omni.contract.audit import MediaAudit, ModelAudit, ModelEvidence, PromptAudit
 from omni.contract.config import EngineConfig
 from omni.contract.types import DecisionRequest
+from omni.model.adapters import Selection
 from omni.model.cache import CacheStats
 from omni.model.calibration import Calibration
 from omni.model.checkpoint import CheckpointSource
@@ -50,6 +51,8 @@ class FakeRecord:
     truncated_state_tokens: int = 0
     truncated_state_chars: int = 0
     cache: dict[str, str] = field(default_factory=dict)
+    shadow_probabilities: list[torch.Tensor] | None = None
+    selection: Selection = field(default_factory=Selection)
 
 
 class FakeModel:
@@ -73,7 +76,9 @@ class FakeModel:
                 raise CorruptMedia(item, f"cannot decode this {item.kind}")
         return RequestMedia(NO_MEDIA, items=len(items))
 
-    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None) -> FakeRecord:
+    def prepare(self, request: DecisionRequest, media: RequestMedia | None = None,
+                selection: Selection | None = None) -> FakeRecord:
+        """(The fake hosts no adapters: the engine never selects one for it.)"""
         if request.state == "__bug__":
             raise RuntimeError("secret internal detail /srv/model.py line 42")
         if request.state == "__slow_decode__":

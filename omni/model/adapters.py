@@ -1,0 +1,112 @@
+"""An adapter loaded beside a base model: its own joint-schema head, optional LoRA weights resident in the base's
+thinker, optional calibration — and what one request asks of adapters (`Selection`).
+
+`load_adapter` reads an adapter folder (`omni.model.adapter_format`), refuses one made for another base (naming both
+fingerprints), checks its files whole, builds its head strictly and, for a LoRA adapter, injects its weights into the
+base thinker's `LoraSlots` under a key of its own (a reload gets a new key, so requests admitted with the old
+version keep it to their end). `unload_adapter` takes the LoRA weights out again. Which adapters are served under
+which names, how many are resident and when one may go is the serving layer's business (omni/serve/adapters.py).
+Knows nothing of requests' wire shape, queues, HTTP or the environment.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from omni.contract.errors import AdapterError
+from omni.model.adapter_format import (
+    HEAD_FILE,
+    MANIFEST_FILE,
+    AdapterManifest,
+    adapter_sha256,
+    check_adapter_name,
+    check_files,
+    read_manifest,
+)
+from omni.model.cache import resident_bytes
+from omni.model.calibration import Calibration, CalibrationError, load_calibration
+from omni.model.head import JointSchemaHead, build_joint_head
+from omni.model.lora import LoraSlots
+
+
+@dataclass(eq=False)
+class Adapter:
+    """One loaded version of an adapter (identity, not value, tells two apart)."""
+
+    name: str
+    directory: Path
+    manifest: AdapterManifest
+    sha256: str                        # over adapter.json and its files (audit records name it)
+    head: JointSchemaHead
+    calibration: Calibration | None
+    lora_key: str | None               # its weights' key in the base thinker's LoraSlots; None: head-only
+    head_bytes: int
+    lora_bytes: int = 0
+    manifest_mtime_ns: int = 0         # adapter.json's when loaded (a rescan reloads it when it changed)
+
+    @property
+    def mode(self) -> str:
+        return self.manifest.mode
+
+    @property
+    def nbytes(self) -> int:
+        return self.head_bytes + self.lora_bytes
+
+    def audit(self) -> dict[str, Any]:
+        """What an audit record names of it."""
+        return {"name": self.name, "sha256": self.sha256, "mode": self.mode, "source": str(self.directory),
+                "base_sha256": self.manifest.base_sha256}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one request is answered with: `adapter` (None: the base) and, when shadow scoring is on, a head-only
+    `shadow` candidate scored from the same forward."""
+
+    adapter: Adapter | None = None
+    shadow: Adapter | None = None
+
+
+def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_size: int, device: str | torch.device,
+                 head_dtype: torch.dtype, slots: LoraSlots) -> Adapter:
+    """The adapter in `directory`, served as `name`, checked against the base (AdapterError naming the cause)."""
+    from safetensors.torch import load_file
+
+    check_adapter_name(name)
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise AdapterError(name, f"{directory} is not a directory")
+    manifest = read_manifest(directory, name)
+    if manifest.base_sha256 != base_sha256:
+        raise AdapterError(name, f"it was made for base {manifest.base_sha256[:16]}…, the loaded backbone is "
+                           f"{base_sha256[:16]}… (fingerprints differ: fine-tune it again on this base)")
+    check_files(directory, manifest, name)
+    sha256 = adapter_sha256(directory, manifest)
+    try:
+        head = build_joint_head(manifest.head_config, load_file(str(directory / HEAD_FILE)), HEAD_FILE)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise AdapterError(name, str(exc)) from None
+    if head.hidden_size != hidden_size:
+        raise AdapterError(name, f"its head reads hidden size {head.hidden_size}, the base's is {hidden_size}")
+    head = head.to(device=device, dtype=head_dtype).eval().requires_grad_(False)
+    try:
+        calibration = load_calibration(directory)
+    except CalibrationError as exc:
+        raise AdapterError(name, f"calibration.json: {exc}") from None
+    lora_key, lora_bytes = None, 0
+    if manifest.mode == "lora":
+        lora_key = f"{name}.{sha256[:12]}.{uuid.uuid4().hex[:8]}"
+        lora_bytes = slots.add(lora_key, directory, name)
+    return Adapter(name, directory, manifest, sha256, head, calibration, lora_key,
+                   resident_bytes(*head.state_dict().values()), lora_bytes,
+                   (directory / MANIFEST_FILE).stat().st_mtime_ns)
+
+
+def unload_adapter(adapter: Adapter, slots: LoraSlots) -> None:
+    """Free what the adapter holds in the base (its LoRA weights); its head goes with the last reference to it."""
+    if adapter.lora_key is not None:
+        slots.remove(adapter.lora_key)
