@@ -10,6 +10,7 @@ Knows nothing of requests' wire shape, queues, HTTP or the environment.
 """
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,8 @@ def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_s
         raise AdapterError(name, f"calibration.json: {exc}") from None
     lora_key, lora_bytes = None, 0
     if manifest.mode == "lora":
-        lora_key = f"{name}.{sha256[:12]}.{uuid.uuid4().hex[:8]}"
+        # a key of this version alone (a reload loads a new one beside it); torch module names may not hold "."
+        lora_key = f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{uuid.uuid4().hex[:12]}"
         lora_bytes = slots.add(lora_key, directory, name)
     return Adapter(name, directory, manifest, sha256, head, calibration, lora_key,
                    resident_bytes(*head.state_dict().values()), lora_bytes,
