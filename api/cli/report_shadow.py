@@ -16,11 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-from api.cli.report import _bad, _md_row, _progress
 
 
 def run_shadow(args: argparse.Namespace) -> int:
@@ -38,6 +36,24 @@ def run_shadow(args: argparse.Namespace) -> int:
     print(f"omni report: wrote {', '.join(str(path) for path in written)}", file=sys.stderr)
     print(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0
+
+
+def _bad(message: str) -> int:
+    print(f"omni report: {message}", file=sys.stderr)
+    return 2
+
+
+def _progress(records: Iterable[Any], quiet: bool) -> Iterator[Any]:
+    """The records, counted by a tqdm bar on stderr that appears only if reading lasts over half a second."""
+    from tqdm import tqdm
+
+    with tqdm(records, unit="record", desc="omni report: reading", file=sys.stderr, delay=0.5,
+              dynamic_ncols=True, disable=True if quiet else None) as bar:
+        yield from bar
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def _pair(text: str) -> tuple[str, str]:
