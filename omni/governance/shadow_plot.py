@@ -85,4 +85,4 @@ def _calibration(axes: Any, reviewed: dict[str, Any] | None) -> None:
     axes.set_ylim(0, 1)
     axes.set_xlabel("confidence (top-label probability)", fontsize=8)
     axes.set_ylabel("accuracy", fontsize=8)
-    axes.legend(fontsize=7, loc="upper left", title=f"n={reviewed['n']}", title_fontsize=7)
+    axes.legend(fontsize=7, loc="lower right", title=f"n={reviewed['n']}", title_fontsize=7)
