@@ -7,7 +7,10 @@ and computes, per question, the population stability index against the `--baseli
 previous). Output: a table on stdout (records and PSI per window for the most drifting questions, and the most
 drifting question of each window) or one JSON object (`--json`); `--out DIR` also writes report.json, report.md and
 drift.png. Bad input (no such path, a corrupt or foreign log file, a bad flag value, no record in range) is one line
-on stderr and exit 2. Knows nothing of HTTP or the model; reads no environment.
+on stderr and exit 2.
+
+`omni report shadow` (a live model beside its shadow candidate) runs in `api.cli.report_shadow`.
+Knows nothing of HTTP or the model; reads no environment.
 """
 from __future__ import annotations
 
@@ -41,11 +44,28 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     drift.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     drift.add_argument("--quiet", action="store_true", help="no progress bar")
     drift.set_defaults(needs_torch=False)        # a decision log's records: no model
+    shadow = kinds.add_parser("shadow", help="a live model beside its shadow candidate on the decisions both scored: "
+                                             "agreement, outcome flips and calibration on reviewed items")
+    shadow.add_argument("log", help="a decision log directory (omni serve --decision-log --shadow LIVE=CANDIDATE) "
+                                    "or one segment file")
+    shadow.add_argument("--out", metavar="DIR", required=True, help="write report.json, report.md and shadow.png there")
+    shadow.add_argument("--reviews", metavar="REVIEW_DIR",
+                        help="a review directory (omni serve --review-dir): its labels, joined by request id, give "
+                             "each side's accuracy, ECE and Brier")
+    shadow.add_argument("--pair", metavar="LIVE=CANDIDATE",
+                        help="the pair to report when the log holds shadow records of several")
+    shadow.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
+    shadow.add_argument("--quiet", action="store_true", help="no progress bar")
+    shadow.set_defaults(needs_torch=False)
 
 
 def run_report(args: argparse.Namespace) -> int:
     if args.report_kind == "drift":
         return run_drift(args)
+    if args.report_kind == "shadow":
+        from api.cli.report_shadow import run_shadow
+
+        return run_shadow(args)
     raise AssertionError(f"unknown report {args.report_kind!r}")     # argparse allows only the kinds above
 
 

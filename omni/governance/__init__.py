@@ -4,6 +4,9 @@
     policy_report.py the fitted policy's TOML, its report (report.md, report.json) and coverage-precision PNGs
     drift.py         logged decisions per time window -> answer/confidence/outcome distributions, PSI per question
     drift_plot.py    the drift report's PNG: PSI per question over windows, answer shares per window
+    shadow.py        logged decisions with a shadow block -> live vs candidate per question: agreement (Wilson),
+                     mean |delta p|, outcome flips, accuracy/ECE/Brier of each on reviewed items
+    shadow_plot.py   the shadow report's PNG: agreement with intervals, the flips heat map, calibration of each
     statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
     statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules
     statement_schema.py  the DSA Transparency Database's statement fields, value lists and limits (with sources)

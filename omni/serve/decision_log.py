@@ -14,6 +14,12 @@ random tag in the name, created exclusively), so processes sharing DIR never int
 are fsynced when they close and within two `sync_interval_s` of a write, not per record: a per-record fsync would cap
 the log at the disk's flush rate, and a power loss costs at most that long. With `retain_days`, retention runs
 at open, after each rotation and every `prune_interval_s`, on the writer thread, by the injected `clock`.
+
+Shadow scoring (`omni serve --shadow LIVE=CANDIDATE`): `append(..., shadow=BLOCK)` adds the candidate's result as a
+top-level `"shadow"` key of the line, after `audit`; the line's `response` stays the live answer as sent. BLOCK is
+`{"model": CANDIDATE, "adapter_sha256": str | null, "answers": {qid: System One answer, as in a response's
+"answers"}, "probabilities": {qid: {option id: p}}, "x_outcome": the candidate's outcome as in a response's
+"x_outcome", or null when no policy is in force}`. Shadow work that was dropped has no block (the server counts it).
 Knows nothing of HTTP, argv, the environment, the engine or the model: it sees parsed requests, JSON and files.
 """
 from __future__ import annotations
@@ -85,6 +91,7 @@ class _Pending:
     request_id: str | None
     decided_at: str
     media_bytes: int
+    shadow: JSONObject | None = None
 
 
 _COUNTERS = ("appended", "written", "dropped", "write_errors", "bytes_written", "media_bytes_written", "segments",
@@ -174,8 +181,9 @@ class DecisionLog:
 
     # ------------------------------------------------------------------------------------------------ callers
     def append(self, request: DecisionRequest, response: JSONObject, audit: JSONObject, *,
-               request_id: str | None, decided_at: str) -> bool:
+               request_id: str | None, decided_at: str, shadow: JSONObject | None = None) -> bool:
         """Queue one decision; True if queued, False if dropped (queue full or log closed), counted either way.
+        `shadow`: a shadow candidate's result, written as the line's `"shadow"` (see the module docstring).
         Never waits for I/O and never raises for a failing log. The dicts are serialized later, on the writer
         thread: do not change them afterwards."""
         media_bytes = sum(item.size_bytes for item in request.media)
@@ -190,7 +198,7 @@ class DecisionLog:
                 return False
             self._pending += 1
             self._pending_bytes += media_bytes
-            self._queue.put(_Pending(request, response, audit, request_id, decided_at, media_bytes))
+            self._queue.put(_Pending(request, response, audit, request_id, decided_at, media_bytes, shadow))
             return True
 
     def flush(self, timeout_s: float = 30.0) -> bool:
@@ -257,6 +265,8 @@ class DecisionLog:
         entries = [self._media_entry(media) for media in item.request.media]
         record = {"format": LOG_FORMAT, "request_id": item.request_id, "decided_at": item.decided_at,
                   "request": render_request(item.request, entries), "response": item.response, "audit": item.audit}
+        if item.shadow is not None:
+            record["shadow"] = item.shadow
         return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
 
     def _media_entry(self, item: MediaItem) -> JSONValue:

@@ -81,11 +81,12 @@ def test_help_and_usage_errors_import_no_model_media_or_web_stack():
 
 def test_the_commands_that_read_a_decision_log_run_without_torch(tmp_path):
     (tmp_path / "log").mkdir()
-    drift, statements = run_cases([["report", "drift", str(tmp_path / "log")],
-                                   ["export", "statements", str(tmp_path / "log"), "--map", str(tmp_path / "m.toml"),
-                                    "--out", str(tmp_path / "out.jsonl")]],
-                                  (*MODEL_STACK, "omni.serve.decision_log_files"))
-    for result in (drift, statements):
+    drift, statements, shadow = run_cases([["report", "drift", str(tmp_path / "log")],
+                                           ["export", "statements", str(tmp_path / "log"), "--map",
+                                            str(tmp_path / "m.toml"), "--out", str(tmp_path / "out.jsonl")],
+                                           ["report", "shadow", str(tmp_path / "log"), "--out", str(tmp_path / "o")]],
+                                          (*MODEL_STACK, "omni.serve.decision_log_files"))
+    for result in (drift, statements, shadow):
         assert result["code"] == 2, result          # an empty log, a missing map: each one line, exit 2
         assert result["loaded"] == ["omni.serve.decision_log_files"], result     # it got as far as the log reader
 
@@ -107,7 +108,8 @@ def test_policy_check_reads_a_policy_without_torch(tmp_path):
                                                (["policy", "check", "x.toml", "--on", "data.jsonl"], True),
                                                (["policy", "fit", "d", "--target-precision", "0.9", "--out", "p"],
                                                 True), (["report", "drift", "log"], False),
-                                               (["export", "statements", "log", "--map", "m", "--out", "o"], False)])
+                                               (["export", "statements", "log", "--map", "m", "--out", "o"], False),
+                                               (["report", "shadow", "log", "--out", "o"], False)])
 def test_the_torch_guard_runs_before_each_command_that_needs_torch(argv, needed):
     """Parsing no longer imports torch, so `main` imports it (a one-line error when it does not import) just before a
     command that needs it runs: every command but those that only read files (`policy check` without `--on`,
