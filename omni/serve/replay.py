@@ -27,7 +27,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +127,7 @@ def replay(engine: DecisionEngine[Any], decisions: Iterable[LoggedDecision], par
     here = here or loaded(engine)
     waiting: list[Admitted] = []
     for decision in decisions:
-        outcome = _admit(decision, here, parse, force)
+        outcome = _admit(decision, here, parse, force, engine)
         if isinstance(outcome, RecordReplay):
             if not waiting:
                 yield outcome
@@ -151,18 +151,51 @@ def _outcome(decision: LoggedDecision, status: str, **values: Any) -> RecordRepl
                         decided_at if isinstance(decided_at, str) else None, status, **values)
 
 
-def _admit(decision: LoggedDecision, here: Loaded, parse: Parse, force: bool) -> RecordReplay | Admitted:
-    """The record ready to run (its audit, its request, the hashes that drifted), or why it is not run."""
+def _admit(decision: LoggedDecision, here: Loaded, parse: Parse, force: bool,
+           engine: DecisionEngine[Any]) -> RecordReplay | Admitted:
+    """The record ready to run (its audit, its request, the hashes that drifted), or why it is not run. A decision an
+    adapter answered is replayed by that adapter, loaded from the folder its audit record names."""
     audit = _readable_audit(decision)
     if isinstance(audit, RecordReplay):
         return audit
-    drift = _drift(audit, here)
+    adapter = _adapter_here(engine, audit)
+    if isinstance(adapter, str):
+        return _outcome(decision, "unreplayable", reason=adapter)
+    drift = _drift(audit, here if adapter is None else replace(here, calibration_sha256=adapter[2]))
+    if adapter is not None and adapter[1] != (audit.model.adapter or {}).get("sha256"):
+        drift["adapter"] = {"logged": (audit.model.adapter or {}).get("sha256"), "replayed": adapter[1]}
     if drift and not force:
         return _outcome(decision, "refused", drift=drift, reason=refusal(drift))
     request = _request(decision, audit, parse, drift)
     if isinstance(request, RecordReplay):
         return request
+    if adapter is not None:
+        request = dataclasses.replace(request, model=adapter[0])
     return decision, audit, request, drift
+
+
+def _adapter_here(engine: DecisionEngine[Any], audit: AuditRecord) -> tuple[str, str, str | None] | str | None:
+    """For a decision an adapter answered: (its name, the sha256 and calibration sha256 of the version loaded here),
+    loading it from the folder the audit record names when it is not served yet; a reason string when it cannot
+    be; None for the base."""
+    logged = audit.model.adapter
+    if not logged:
+        return None
+    name, source = logged.get("name"), logged.get("source")
+    if not isinstance(name, str) or not isinstance(source, str):
+        return "its audit record names an adapter without a name and source folder"
+    registry = engine.adapters
+    if registry is None:
+        return f"it was answered by adapter {name!r}, and this model cannot load adapters"
+    try:
+        if name not in registry:
+            registry.register(name, source)
+        version = registry.acquire(name)
+        registry.release(version)
+    except OmniError as exc:
+        return f"its adapter cannot be loaded from {source}: {exc}"
+    calibration = version.calibration.file_sha256 if version.calibration is not None else None
+    return name, version.sha256, calibration
 
 
 def _readable_audit(decision: LoggedDecision) -> AuditRecord | RecordReplay:
@@ -239,7 +272,7 @@ def _probabilities(value: JSONValue) -> bool:
 def refusal(drift: dict[str, JSONValue]) -> str:
     """Why a record is refused, naming both hashes of what differs."""
     parts = []
-    for what, label in (("model", "model sha256"), ("calibration", "calibration sha256")):
+    for what, label in (("model", "model sha256"), ("adapter", "adapter sha256"), ("calibration", "calibration sha256")):
         hashes = drift.get(what)
         if isinstance(hashes, dict):
             parts.append(f"{label} {hashes['logged'] or 'none (uncalibrated)'} in the record, "
