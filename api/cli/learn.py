@@ -26,6 +26,8 @@ def add_model_flags(parser: argparse.ArgumentParser,
     from api.cli.decide import add_torch_threads_flag
 
     parser.add_argument("--model", help=model_help)
+    parser.add_argument("--adapter", metavar="DIR", default=None,
+                        help="answer with the adapter in DIR (an `omni finetune` output) on top of --model")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--batch-size", type=int, default=4, help="records per forward pass (default 4)")
@@ -46,7 +48,10 @@ def load_model(args: argparse.Namespace) -> ClefModel:
 
     config = learn_config(args)
     set_torch_threads(config.torch_threads, config.decode_threads)     # as the engine does: 0 = sized here
-    return ClefModel.from_config(config)
+    model = ClefModel.from_config(config)
+    if getattr(args, "adapter", None):
+        model.use_adapter(args.adapter)
+    return model
 
 
 def learn_config(args: argparse.Namespace) -> EngineConfig:
@@ -96,7 +101,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     records = labelled_records(args)
     model = load_model(args)
-    directory = model.source.directory
+    directory = model.answering_directory
     calibration = load_calibration(directory) if args.calibration else None
     if args.calibration and calibration is None:
         raise CalibrationError(f"--calibration: {directory} has no calibration.json (fit one with `omni calibrate`)")
@@ -141,7 +146,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     records = labelled_records(args)
     model = load_model(args)
     scored = collect_logits(model, records, args.batch_size, not args.quiet, "scoring", str(dataset_file(args.data)))
-    directory = model.source.directory
+    directory = model.answering_directory
     calibration = fit_calibration(((s.question_type, s.logits, s.label, s.modality) for s in scored),
                                   checkpoint_fingerprint(directory), args.min_samples)
     path = save_calibration(calibration, Path(args.out) if args.out else directory)

@@ -97,9 +97,9 @@ def _answers(args: argparse.Namespace, data: str) -> tuple[list[AnsweredQuestion
     records = labelled_records(args, data)
     quiet_model_loading(args.quiet)
     model = load_model(args)
-    calibration = load_calibration(model.source.directory) if args.calibration else None
+    calibration = load_calibration(model.answering_directory) if args.calibration else None
     if args.calibration and calibration is None:
-        raise CalibrationError(f"--calibration: {model.source.directory} has no calibration.json")
+        raise CalibrationError(f"--calibration: {model.answering_directory} has no calibration.json")
     rows = answer_dataset(model, records, learn_config(args), calibration, args.batch_size, not args.quiet,
                           str(dataset_file(data)))
     return rows, model.sha256, len(records)

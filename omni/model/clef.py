@@ -52,6 +52,7 @@ class ClefModel:
         self.parts = parts
         self.source = source                           # directory, embedded default or not, release date
         self.calibration: Calibration | None = None    # applied to the logits by `probabilities` when set
+        self.default_selection = Selection()           # what `prepare` answers with when not told (`use_adapter`)
         self.prompt_encoder = PromptEncoder(parts.tokenizer, max_context_tokens)
         self.media = MediaEncoder(parts, media_limits, media_cache_bytes, **backbone.media_timing,
                                   decode_threads=decode_threads)
@@ -91,7 +92,22 @@ class ClefModel:
 
     def prepare(self, request: DecisionRequest, media: RequestMedia | None = None,
                 selection: Selection | None = None) -> PreparedRecord:
-        return self.inputs.prepare(request, media, selection)
+        return self.inputs.prepare(request, media, selection or self.default_selection)
+
+    def use_adapter(self, directory: str | Path, name: str = "adapter") -> Adapter:
+        """Answer every request with the adapter in `directory` unless told otherwise (the CLI's `--adapter`: eval,
+        calibrate, policy fit, replay of one adapter)."""
+        adapter = self.load_adapter(directory, name)
+        self.default_selection = Selection(adapter)
+        self.forget_prefixes()
+        return adapter
+
+    @property
+    def answering_directory(self) -> Path:
+        """Where the weights that answer by default live: the adapter's folder when one is in use, else the
+        checkpoint's (a calibration is fitted for, and read from, there)."""
+        adapter = self.default_selection.adapter
+        return adapter.directory if adapter is not None else self.source.directory
 
     # ----------------------------------------------------------------------------------- adapters (model thread)
     def load_adapter(self, directory: str | Path, name: str) -> Adapter:
