@@ -53,6 +53,7 @@ class ClefModel:
         self.source = source                           # directory, embedded default or not, release date
         self.calibration: Calibration | None = None    # applied to the logits by `probabilities` when set
         self.default_selection = Selection()           # what `prepare` answers with when not told (`use_adapter`)
+        self.calibrate_adapters = True                 # an adapter's own calibration.json applies (config.calibration)
         self.prompt_encoder = PromptEncoder(parts.tokenizer, max_context_tokens)
         self.media = MediaEncoder(parts, media_limits, media_cache_bytes, **backbone.media_timing,
                                   decode_threads=decode_threads)
@@ -69,6 +70,7 @@ class ClefModel:
         directory = locate_checkpoint(config.model_path, config.cache_dir)
         model = cls.load(directory, **model_options(config))
         model.calibration = calibration_for(config, directory)
+        model.calibrate_adapters = config.calibration
         return model
 
     @classmethod
@@ -139,7 +141,10 @@ class ClefModel:
                     adapter: Adapter | None) -> list[torch.Tensor]:
         """The logits of the record's questions under the calibration of whoever answered (an adapter's own, else
         the base's)."""
-        calibration = adapter.calibration if adapter is not None else self.calibration
+        if adapter is None:
+            calibration = self.calibration
+        else:
+            calibration = adapter.calibration if self.calibrate_adapters else None
         return calibration.apply_record(record.request, logits) if calibration is not None else logits
 
     def needs_chunks(self, record: PreparedRecord) -> bool:
@@ -154,7 +159,7 @@ class ClefModel:
     # -------------------------------------------------------------------------------------------------- audit
     def evidence(self, record: PreparedRecord) -> ModelEvidence:
         adapter = record.selection.adapter
-        calibration = adapter.calibration if adapter is not None else self.calibration
+        calibration = self.calibration if adapter is None else adapter.calibration if self.calibrate_adapters else None
         source = self.source
         head = adapter.head if adapter is not None else self.head
         return ModelEvidence(

@@ -293,3 +293,35 @@ def test_replay_reloads_the_adapter_from_its_folder_and_reproduces(tiny_dir, ada
     code, report = replay_json()
     refused = [r for r in report["records"] if r["status"] == "refused"]
     assert code != 0 and len(refused) == 1 and "adapter sha256" in refused[0]["reason"]
+
+
+def test_eval_and_calibrate_take_an_adapter(tiny_dir, adapters, tmp_path):
+    """`omni calibrate --adapter` fits a calibration for the adapter, in its folder; `omni eval --adapter` scores the
+    adapter (other metrics than the base's) and applies that calibration; the served adapter then uses it."""
+    import argparse
+
+    from api.cli.learn import add_calibrate_arguments, add_eval_arguments, run_calibrate, run_eval
+    from fixtures.inspection import write_keyword_task
+
+    task = write_keyword_task(tmp_path / "task.jsonl", 12, seed=3)
+    folder = copy_adapter(adapters, "h1", tmp_path)
+
+    def parse(add, argv):
+        parser = argparse.ArgumentParser()
+        add(parser)
+        return parser.parse_args(argv)
+
+    assert run_calibrate(parse(add_calibrate_arguments, [str(task), "--model", str(tiny_dir), "--adapter",
+                                                         str(folder), "--quiet", "--min-samples", "4"])) == 0
+    assert (folder / "calibration.json").is_file() and not (tiny_dir / "calibration.json").exists()
+    metrics = {}
+    for name, extra in (("base", []), ("adapter", ["--adapter", str(folder), "--calibration"])):
+        run_eval(parse(add_eval_arguments, [str(task), "--model", str(tiny_dir), "--out", str(tmp_path / name),
+                                            "--quiet", "--no-plots", *extra]))
+        metrics[name] = json.loads((tmp_path / name / "metrics.json").read_text())
+    assert metrics["adapter"]["meta"]["calibration"] == "on"
+    assert metrics["adapter"]["types"]["all"]["nll"] != metrics["base"]["types"]["all"]["nll"]
+    for calibrated in (True, False):
+        served_ = engine(tiny_dir, adapters=(("h1c", str(folder)),), audit="record", calibration=calibrated)
+        decision = served_.decide(requests(served_, [("h1c", 0)])[0])
+        assert (decision.audit.calibration is not None) == calibrated    # the adapter's own, when calibration is on
