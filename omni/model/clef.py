@@ -141,10 +141,7 @@ class ClefModel:
                     adapter: Adapter | None) -> list[torch.Tensor]:
         """The logits of the record's questions under the calibration of whoever answered (an adapter's own, else
         the base's)."""
-        if adapter is None:
-            calibration = self.calibration
-        else:
-            calibration = adapter.calibration if self.calibrate_adapters else None
+        calibration = self.calibration if adapter is None else adapter.calibration if self.calibrate_adapters else None
         return calibration.apply_record(record.request, logits) if calibration is not None else logits
 
     def needs_chunks(self, record: PreparedRecord) -> bool:
