@@ -1,6 +1,7 @@
 """A decision policy: the TOML file that turns answers into act / review / pass, read, checked and versioned.
 
     version = "inspection-2026-12"       # required: the team's name for this version
+    model = "line-4"                     # optional: bound to this adapter (or the base's name); governs its decisions only
     [default]                            # optional: questions the policy does not name (without it they get none)
     auto_at = 0.9
     [questions.label_visible]            # noul
@@ -66,6 +67,14 @@ class Policy:
     questions: dict[str, QuestionPolicy]
     default: QuestionPolicy | None = None
     source: str = "policy"
+    model: str | None = None               # bound to this model (an adapter's name, or the base's): it governs that
+                                           # model's decisions only; None: whichever model answered
+
+    def governs(self, model: str, base_names: tuple[str, ...] = ()) -> bool:
+        """Whether decisions answered by `model` are taken under this policy (the base's names count as one)."""
+        if self.model is None:
+            return True
+        return self.model == model or (self.model in base_names and model in base_names)
 
     def rule_for(self, question_id: str) -> QuestionPolicy | None:
         """The question's own rule, else the `[default]` one, else None (the question gets no outcome)."""
@@ -97,10 +106,13 @@ def parse_policy(data: bytes, source: str = "policy") -> Policy:
     except TomlProblem as exc:      # its syntax, or nested past the limit (never a RecursionError)
         raise PolicyError(f"{source}: {exc}") from None
     reader = _Reader(text, source)
-    reader.no_unknown_keys(table, ("version", "default", "questions"), "")
+    reader.no_unknown_keys(table, ("version", "model", "default", "questions"), "")
     version = table.get("version")
     if not isinstance(version, str) or not version.strip():
         raise reader.error("version", "", "required: a non-empty string naming this version of the policy")
+    model = table.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise reader.error("model", "", "a non-empty string: the model (adapter) whose decisions this policy governs")
     questions_table = table.get("questions", {})
     if not isinstance(questions_table, dict):
         raise reader.error("questions", "", "must be a table of [questions.<id>] tables")
@@ -111,7 +123,8 @@ def parse_policy(data: bytes, source: str = "policy") -> Policy:
         default = reader.question(table["default"], "default")
     if not questions and default is None:
         raise reader.error("questions", "", "the policy names no question and has no [default]")
-    return Policy(version.strip(), hashlib.sha256(data).hexdigest(), questions, default, source)
+    return Policy(version.strip(), hashlib.sha256(data).hexdigest(), questions, default, source,
+                  model.strip() if isinstance(model, str) else None)
 
 
 class _Reader:

@@ -8,6 +8,8 @@
     adapter_config.json          LoRA only: peft's config (as `PeftModel.save_pretrained` writes it)
     adapter_model.safetensors    LoRA only: peft's weights (the thinker's text attention projections)
     calibration.json             optional: a calibration fitted for this adapter (`omni calibrate --adapter`)
+    policy.toml                  optional: the decision policy its decisions are taken under (operator's
+                                 configuration: not listed, not part of its sha256; decisions name its sha256)
 
 An adapter's sha256 (`adapter_sha256`) is the sha256 of the lines `<name>\\t<bytes>\\t<sha256>\\n` over adapter.json
 and every file it lists, in name order: what an audit record names. `read_manifest` validates adapter.json;
@@ -33,6 +35,7 @@ HEAD_FILE = "joint_head.safetensors"
 LORA_CONFIG_FILE = "adapter_config.json"
 LORA_WEIGHTS_FILE = "adapter_model.safetensors"
 CALIBRATION_FILE = "calibration.json"
+POLICY_FILE = "policy.toml"            # optional: the decision policy bound to this adapter (not part of its sha256)
 ADAPTER_MODES = ("head", "lora")
 MAX_NAME_CHARS = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

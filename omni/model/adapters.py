@@ -1,5 +1,5 @@
 """An adapter loaded beside a base model: its own joint-schema head, optional LoRA weights resident in the base's
-thinker, optional calibration — and what one request asks of adapters (`Selection`).
+thinker, optional calibration and decision policy (policy.toml, bound to it) — and what one request asks of adapters (`Selection`).
 
 `load_adapter` reads an adapter folder (`omni.model.adapter_format`), refuses one made for another base (naming both
 fingerprints), checks its files whole, builds its head strictly and, for a LoRA adapter, injects its weights into the
@@ -19,9 +19,11 @@ from typing import Any
 import torch
 
 from omni.contract.errors import AdapterError
+from omni.contract.policy import Policy, PolicyError, read_policy
 from omni.model.adapter_format import (
     HEAD_FILE,
     MANIFEST_FILE,
+    POLICY_FILE,
     AdapterManifest,
     adapter_sha256,
     check_adapter_name,
@@ -48,6 +50,7 @@ class Adapter:
     head_bytes: int
     lora_bytes: int = 0
     manifest_mtime_ns: int = 0         # adapter.json's when loaded (a rescan reloads it when it changed)
+    policy: Policy | None = None       # its folder's policy.toml: its decisions are taken under it
 
     @property
     def mode(self) -> str:
@@ -98,6 +101,7 @@ def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_s
         calibration = load_calibration(directory)
     except CalibrationError as exc:
         raise AdapterError(name, f"calibration.json: {exc}") from None
+    policy = _bound_policy(directory, name)
     lora_key, lora_bytes = None, 0
     if manifest.mode == "lora":
         # a key of this version alone (a reload loads a new one beside it); torch module names may not hold "."
@@ -105,7 +109,21 @@ def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_s
         lora_bytes = slots.add(lora_key, directory, name)
     return Adapter(name, directory, manifest, sha256, head, calibration, lora_key,
                    resident_bytes(*head.state_dict().values()), lora_bytes,
-                   (directory / MANIFEST_FILE).stat().st_mtime_ns)
+                   (directory / MANIFEST_FILE).stat().st_mtime_ns, policy)
+
+
+def _bound_policy(directory: Path, name: str) -> Policy | None:
+    """The adapter folder's policy.toml, read and checked (bound to this adapter, or unbound); None without one."""
+    path = directory / POLICY_FILE
+    if not path.is_file():
+        return None
+    try:
+        policy = read_policy(path)
+    except PolicyError as exc:
+        raise AdapterError(name, str(exc)) from None
+    if policy.model is not None and policy.model != name:
+        raise AdapterError(name, f"its {POLICY_FILE} is bound to model {policy.model!r}, not to this adapter")
+    return policy
 
 
 def unload_adapter(adapter: Adapter, slots: LoraSlots) -> None:

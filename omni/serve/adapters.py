@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.contract.errors import AdapterBusy, AdapterError, Overloaded
+from omni.contract.policy import Policy
 from omni.model.adapter_format import MANIFEST_FILE, check_adapter_name
 from omni.model.adapters import Adapter
 from omni.model.surface import AdapterHost
@@ -74,6 +75,7 @@ class AdapterRegistry:
         self._holds: dict[int, int] = {}              # id(adapter version) -> requests holding it
         self._retired: dict[int, Adapter] = {}        # replaced or evicted versions still held
         self._shadows: dict[str, str] = {}            # live name -> candidate name
+        self._policies: dict[str, Policy] = {}        # adapter name -> the policy bound to it (policy.toml)
 
     # ---------------------------------------------------------------------------------------------- what is served
     def names(self) -> list[str]:
@@ -149,6 +151,11 @@ class AdapterRegistry:
         with self._lock:
             return sum(self._holds.get(id(a), 0) for a in self._versions(name))
 
+    def policy_of(self, name: str) -> Policy | None:
+        """The policy bound to adapter `name` (its folder's policy.toml as last loaded; kept while it is evicted)."""
+        with self._lock:
+            return self._policies.get(name)
+
     def _versions(self, name: str) -> list[Adapter]:
         return [a for a in [self._current.get(name), *self._retired.values()] if a is not None and a.name == name]
 
@@ -174,6 +181,7 @@ class AdapterRegistry:
             if adapter is not None:
                 self._make_room()
                 self._current[name] = adapter
+                self._bind(adapter)
         return adapter
 
     def reload(self, name: str) -> Adapter:
@@ -196,6 +204,7 @@ class AdapterRegistry:
             if name in self._shadows.values() or name in self._shadows:
                 raise AdapterBusy(name, "it is in a shadow pair; remove the pair first")
             del self._paths[name]
+            self._policies.pop(name, None)
             adapter = self._current.pop(name, None)
         if adapter is not None:
             self._free(adapter)
@@ -291,9 +300,17 @@ class AdapterRegistry:
                 return old
             self._make_room()
             self._current[name] = adapter
+            self._bind(adapter)
             if old is not None:
                 self._retire(old)
         return adapter
+
+    def _bind(self, adapter: Adapter) -> None:
+        """Remember the policy bound to the version just made current (lock held)."""
+        if adapter.policy is not None:
+            self._policies[adapter.name] = adapter.policy
+        else:
+            self._policies.pop(adapter.name, None)
 
     def _make_room(self) -> None:
         """Evict least recently used unheld adapters until one more fits (lock held); Overloaded when all are held."""

@@ -325,3 +325,24 @@ def test_eval_and_calibrate_take_an_adapter(tiny_dir, adapters, tmp_path):
         served_ = engine(tiny_dir, adapters=(("h1c", str(folder)),), audit="record", calibration=calibrated)
         decision = served_.decide(requests(served_, [("h1c", 0)])[0])
         assert (decision.audit.calibration is not None) == calibrated    # the adapter's own, when calibration is on
+
+
+POLICY = 'version = "line-4 v1"\n{model}[default]\nauto_at = 0.5\n'
+
+
+@pytest.mark.parametrize(("bound", "refused"), [(None, False), ("bound", False), ("other", True)])
+def test_a_policy_in_the_adapter_folder_is_bound_to_it(served, adapters, tmp_path, bound, refused):
+    folder = copy_adapter(adapters, "h2", tmp_path)
+    (folder / "policy.toml").write_text(POLICY.format(model=f'model = "{bound}"\n' if bound else ""))
+    if refused:
+        with pytest.raises(AdapterError, match="bound to model 'other'"):
+            served.adapters.register("bound", folder)
+        return
+    served.adapters.register("bound", folder)
+    try:
+        policy = served.adapters.policy_of("bound")
+        assert policy is not None and policy.version == "line-4 v1" and policy.model == bound
+        assert policy.governs("bound") and (bound is None or not policy.governs("h1"))
+    finally:
+        served.adapters.unload("bound")
+    assert served.adapters.policy_of("bound") is None

@@ -156,12 +156,23 @@ def test_a_rule_that_cannot_fit_the_question_sends_it_to_review_with_the_reason(
     (b'version = "v"\n[default]\nauto_at = 0.9\nact_on = [true]\n', r"default\.act_on \(line 4\): unknown key"),
     (b'version = "v"\n[questions]\na = 3\n', r"questions\.a \(line 3\): must be a table"),
     (b'version = "v"\nversion = "w"\n', r"not valid TOML: .*line 2"),
+    (b'version = "v"\nmodel = 4\n[default]\nauto_at = 0.9\n', r"model \(line 2\): a non-empty string"),
+    (b'version = "v"\nmodel = " "\n[default]\nauto_at = 0.9\n', r"model \(line 2\): a non-empty string"),
     (b'version = "v"\n[questions.a]\nauto_at = 0.9\n\xff', r"not UTF-8"),
 ])
 def test_a_bad_policy_names_the_key_and_its_line(text, expected):
     with pytest.raises(PolicyError) as info:
         parse_policy(text, "p.toml")
     assert re.search(expected, str(info.value)), str(info.value)
+
+
+def test_a_policy_bound_to_a_model_governs_that_model_only():
+    bound = parse_policy(b'version = "v"\nmodel = "line-4"\n[default]\nauto_at = 0.9\n', "p.toml")
+    assert bound.model == "line-4" and bound.governs("line-4") and not bound.governs("clef-omni")
+    base = parse_policy(b'version = "v"\nmodel = "clef-omni"\n[default]\nauto_at = 0.9\n', "p.toml")
+    assert base.governs("jev-latest", ("clef-omni", "jev-latest")) and not base.governs("line-4", ("clef-omni",))
+    unbound = parse_policy(b'version = "v"\n[default]\nauto_at = 0.9\n', "p.toml")
+    assert unbound.model is None and unbound.governs("anything")
 
 
 def test_read_answer_for_each_type():
