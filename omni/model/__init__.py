@@ -17,6 +17,7 @@
     calibration.py  optional temperature scaling bound to a checkpoint
     fingerprint.py  the checkpoint's sha256 (kept per file in a sidecar) and the software versions, for audit records
     adapter_format.py  the adapter folder: adapter.json (validated), its files whole, its sha256, served names
+    adapters.py     an adapter loaded beside the base (its head, LoRA weights, calibration, bound policy); Selection
     lora.py         LoRA adapters resident in the thinker (peft), applied per row of one forward
     export.py       a (fine-tuned) model, or a whole checkpoint directory, written in the released layout
     shards.py       backbone weights as numbered model-*.safetensors shards with model.safetensors.index.json

@@ -10,8 +10,6 @@ answers or HTTP; it sees token ids, model-ready media tensors and per-record len
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -109,7 +107,7 @@ class Backbone:
                  dtype: torch.dtype):
         self.thinker = thinker
         self.peft_model: PeftModel | None = None    # LoRA adapters around the thinker while fine-tuning injects them
-        self.lora = LoraSlots(thinker)              # served LoRA adapters, applied per row (`lora_rows`)
+        self.lora = LoraSlots(thinker)              # served LoRA adapters: `lora.rows(keys)` applies keys[b] to row b
         self.lexical_table = lexical_table          # [V, H], the original untied lm_head weight
         self.device, self.dtype = device, dtype
         self.hidden_size = int(lexical_table.shape[1])
@@ -176,10 +174,6 @@ class Backbone:
             # pads continue the sequence; they sit after every real token, so causal attention never sees them
             position_ids[:, row, n:] = positions.max() + 1 + torch.arange(width - n)
         return BackboneBatch(input_ids, position_ids, lengths, _concat_media([m for _, _, m in records]))
-
-    def lora_rows(self, keys: Sequence[str | None] | None) -> AbstractContextManager[None]:
-        """A forward inside this context applies the resident LoRA adapter keys[b] to row b (None: the base)."""
-        return self.lora.rows(keys)
 
     def hidden_states(self, batch: BackboneBatch) -> list[torch.Tensor]:
         """One prefill of the whole batch; returns each record's final-norm hidden states [T_i, H]."""
@@ -251,8 +245,7 @@ class Backbone:
 
 
 def _layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """A cache layer's keys and values (transformers types `Cache.layers` as a union of layer kinds, some without
-    keys; the thinker's text layers are all full-attention layers that have them)."""
+    """A cache layer's keys and values (the thinker's text layers are all full-attention layers that have them)."""
     return layer.keys, layer.values
 
 

@@ -49,7 +49,7 @@ class ChunkedPrefill:
         chunks, prefix, positions = record.progress, record.prefix_len, record.positions
         start = chunks.done
         end = min(prefix, max(start + self.chunk_tokens, record.prompt.media_end if start == 0 else 0))
-        with self.backbone.lora_rows([record.lora_key]):
+        with self.backbone.lora.rows([record.lora_key]):
             hidden = self.backbone.prefill_chunk(chunks.cache, record.input_ids[start:end],
                                                  positions[:, :, start:end], record.media.tensors if start == 0 else {})
         chunks.hidden.append(hidden.to(self.head.hidden_norm.weight.device))

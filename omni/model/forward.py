@@ -6,7 +6,7 @@ run their prefixes alone. Every record whose prefix is then known — cached, co
 chunks just before (`record.prefix_entry`) — prefills only what follows it: a joint record's schema, or each block of
 an isolated record, as rows of one forward per prefix (as many at a time as `CONTINUATION_BUDGET_BYTES` of repeated
 keys/values allow), then ONE batched pass per head reads them with their prefix's memory rows for that head.
-Adapters: each backbone row runs with its record's LoRA weights, if any (`Backbone.lora_rows`: one forward for rows
+Adapters: each backbone row runs with its record's LoRA weights, if any (`Backbone.lora`: one forward for rows
 of different adapters); each record is read by its adapter's head (else the base's), and a head-only shadow
 candidate's head reads the same rows (its logits go to `record.shadow_logits`). Under grad (training) the prefix cache is neither read nor filled. Runs on the thread that owns the model.
 Knows nothing of requests' wire shape, media decoding, chunk scheduling, queues or HTTP.
@@ -116,7 +116,7 @@ class Forward:
         """One forward of whole records (the path without a cache); their prefixes go to `entries` and the cache."""
         chosen = [self.inputs.complete(records[i]) for i in rows]
         batch = self.backbone.collate([(r.input_ids, r.positions, r.media.tensors) for r in chosen])
-        with self.backbone.lora_rows([r.lora_key for r in chosen]):
+        with self.backbone.lora.rows([r.lora_key for r in chosen]):
             if entries is None:
                 hidden = self.backbone.padded_hidden_states(batch)
             else:
@@ -134,7 +134,7 @@ class Forward:
         chosen = [self.inputs.complete(records[i]) for i in rows]
         batch = self.backbone.collate([(r.input_ids[:r.prefix_len], r.positions[:, :, :r.prefix_len],
                                         r.media.tensors) for r in chosen])
-        with self.backbone.lora_rows([r.lora_key for r in chosen]):
+        with self.backbone.lora.rows([r.lora_key for r in chosen]):
             hidden, cache = self.backbone.prefill_with_cache(batch)
         for row, record in enumerate(chosen):
             self._keep(record, entries, cache, row, hidden[row], store)
@@ -183,7 +183,7 @@ class Forward:
             pieces.append((record.input_ids[start:end], record.suffix_position_ids[:, :, offset:offset + end - start],
                            {}))
         batch = self.backbone.collate(pieces)
-        with self.backbone.lora_rows([records[i].lora_key for i, *_ in runs]):
+        with self.backbone.lora.rows([records[i].lora_key for i, *_ in runs]):
             hidden = self.backbone.continue_from(entry.kv, batch.input_ids, batch.position_ids)
         hidden = hidden.to(self.head_device)
         return [unit for row, (i, start, end, spans) in enumerate(runs)
