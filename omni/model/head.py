@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -253,10 +254,21 @@ def load_joint_head(directory: str | Path, device: str = "cpu", dtype: torch.dty
         state = load_file(str(directory / "joint_head.safetensors"))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read the joint head in {directory}: {exc}") from exc
+    return build_joint_head(config, state).to(device=device, dtype=dtype).eval()
+
+
+def build_joint_head(config: dict[str, Any], state: dict[str, torch.Tensor]) -> JointSchemaHead:
+    """The head `config` (joint_head_config.json's keys) describes, holding `state` loaded with strict=True;
+    CheckpointError naming unknown config keys, missing, unexpected and shape-mismatched tensors."""
+    from omni.contract.errors import CheckpointError
+
     unknown = sorted(set(config) - set(HEAD_CONFIG_KEYS))
     if unknown:
         raise CheckpointError(f"joint_head_config.json has unknown keys: {', '.join(unknown)}")
-    head = JointSchemaHead(**config)
+    try:
+        head = JointSchemaHead(**config)
+    except (TypeError, ValueError, AssertionError) as exc:     # a missing key, heads not dividing width …
+        raise CheckpointError(f"joint_head_config.json does not build a head: {exc}") from exc
     expected = head.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -268,4 +280,4 @@ def load_joint_head(directory: str | Path, device: str = "cpu", dtype: torch.dty
                                            (("missing keys", missing), ("unexpected keys", unexpected),
                                             ("shape-mismatched keys", mismatched)) if keys))
     head.load_state_dict(state, strict=True)
-    return head.to(device=device, dtype=dtype).eval()
+    return head.eval()
