@@ -90,12 +90,12 @@ def merged_thinker(thinker: Any, adapter: Path, name: str) -> Any:
     if outside:
         raise AdapterError(name, f"its LoRA must sit in the thinker's text decoder only, not in {outside[0]}")
     try:
-        result = set_peft_model_state_dict(peft_model, state)
+        result: Any = set_peft_model_state_dict(peft_model, state)      # torch's (missing, unexpected) keys
     except RuntimeError as exc:                 # a tensor of another shape
         raise AdapterError(name, f"{LORA_WEIGHTS_FILE} does not fit the base thinker: {exc}") from None
     missing = sorted(k for k in result.missing_keys if "lora_" in k)
-    if missing or result.unexpected_keys:
+    unexpected = sorted(result.unexpected_keys)
+    if missing or unexpected:
         raise AdapterError(name, f"{LORA_WEIGHTS_FILE} does not match its config: missing {len(missing)} "
-                           f"({', '.join(missing[:2])}), unexpected {len(result.unexpected_keys)} "
-                           f"({', '.join(result.unexpected_keys[:2])})")
+                           f"({', '.join(missing[:2])}), unexpected {len(unexpected)} ({', '.join(unexpected[:2])})")
     return peft_model.merge_and_unload()
