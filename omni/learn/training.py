@@ -315,6 +315,8 @@ class Trainer(Generic[RecordT]):
             keep_state: bool = False) -> dict[str, Any]:
         """Train, stop early on validation NLL, write the best weights in the released layout; a summary dict."""
         config = self.config
+        if self.out_dir.resolve() == self.source_dir.resolve():     # an adapter or a checkpoint: never over the base
+            raise ValueError("the output directory must differ from the source checkpoint")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.encode_media(list(train) + list(validation))
         digest = dataset_digest(train) + dataset_digest(validation)
