@@ -77,9 +77,11 @@ def test_finetune_writes_an_adapter_folder_not_a_checkpoint(trained, tiny_dir):
     for mode, (model, folder) in trained.items():
         manifest = read_manifest(folder)
         check_files(folder, manifest)
-        assert manifest.mode == mode and manifest.base_sha256 == ClefModel.load(tiny_dir).sha256 == model.sha256
+        assert manifest.mode == mode
+        assert manifest.base_sha256 == ClefModel.load(tiny_dir).sha256 == model.sha256
         assert manifest.head_config == {k: v for k, v in model.head.config.items() if k != "dropout"}
-        assert len(manifest.training_data_sha256 or "") == 64 and manifest.base_release_date == model.source.release_date
+        assert len(manifest.training_data_sha256 or "") == 64
+        assert manifest.base_release_date == model.source.release_date
         on_disk = {p.name for p in folder.iterdir()}
         assert on_disk == {MANIFEST_FILE, "training.json", *manifest.files}      # no README, no model.safetensors
         with safe_open(str(folder / HEAD_FILE), "pt") as head:
@@ -87,7 +89,8 @@ def test_finetune_writes_an_adapter_folder_not_a_checkpoint(trained, tiny_dir):
             assert torch.equal(head.get_tensor("question_projection.weight"),
                                model.head.state_dict()["question_projection.weight"])
     lora = read_manifest(trained["lora"][1])
-    assert lora.lora is not None and (lora.lora.rank, lora.lora.targets) == (4, QKVO)
+    assert lora.lora is not None
+    assert (lora.lora.rank, lora.lora.targets) == (4, QKVO)
     assert read_manifest(trained["head"][1]).lora is None
 
 
@@ -95,7 +98,8 @@ def test_a_lora_adapter_holds_the_text_decoder_only(trained, tiny_dir):
     model, folder = trained["lora"]
     with safe_open(str(folder / LORA_WEIGHTS_FILE), "pt") as weights:
         keys = list(weights.keys())
-    assert keys and all(k.startswith("base_model.model.model.language_model.layers.") for k in keys)
+    assert keys
+    assert all(k.startswith("base_model.model.model.language_model.layers.") for k in keys)
     assert {k.split(".")[-3] for k in keys} == set(QKVO)
     # the thinker's audio tower has q/k/v projections too: none was adapted, in training either
     assert not any("lora_" in n for n, _ in model.backbone.thinker.named_parameters() if "audio_tower" in n)
@@ -106,7 +110,8 @@ def test_the_cli_writes_an_adapter_and_with_merged_a_checkpoint(tiny_dir, demo, 
     out = tmp_path / "cli-head"
     assert main(["finetune", str(demo["train"]), "--model", str(tiny_dir), "--out", str(out), "--epochs", "1",
                  "--validation-fraction", "0", "--quiet"]) == 0
-    assert read_manifest(out).mode == "head" and not (out / "model.safetensors").exists()
+    assert read_manifest(out).mode == "head"
+    assert not (out / "model.safetensors").exists()
     assert f"omni doctor --adapter {out}" in capsys.readouterr().err
     merged = tmp_path / "cli-merged"
     assert main(["finetune", str(demo["train"]), "--model", str(tiny_dir), "--out", str(merged), "--epochs", "1",
@@ -139,8 +144,10 @@ def test_merging_onto_another_base_is_refused_naming_both_fingerprints(trained, 
     other_sha = ClefModel.load(other).sha256
     with pytest.raises(AdapterError) as raised:
         merge_adapter(folder, other, tmp_path / "out")
-    assert read_manifest(folder).base_sha256 in raised.value.cause and other_sha in raised.value.cause
-    assert raised.value.adapter == "head" and not (tmp_path / "out").exists()
+    assert read_manifest(folder).base_sha256 in raised.value.cause
+    assert other_sha in raised.value.cause
+    assert raised.value.adapter == "head"
+    assert not (tmp_path / "out").exists()
     assert main(["export", "--merge", str(folder), "--base", str(other), "--out", str(tmp_path / "out")]) == 2
     assert "not its base" in capsys.readouterr().err
 
@@ -168,10 +175,13 @@ def test_doctor_passes_a_whole_adapter(trained, tiny_dir, tmp_path, capsys):
         report = check_adapter(folder, tiny_dir, tmp_path)
         assert report.exit_code == 0, [f.detail for f in report.findings]
     lora = statuses(check_adapter(trained["lora"][1], tiny_dir, tmp_path))
-    assert lora["lora"] == "ok" and lora["base"] == "ok" and lora["joint head"] == "ok"
+    assert lora["lora"] == "ok"
+    assert lora["base"] == "ok"
+    assert lora["joint head"] == "ok"
     assert main(["doctor", "--adapter", str(trained["lora"][1]), "--model", str(tiny_dir), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
-    assert body["ok"] and {f["check"] for f in body["adapter"]["findings"]} >= {"manifest", "files", "lora", "base"}
+    assert body["ok"]
+    assert {f["check"] for f in body["adapter"]["findings"]} >= {"manifest", "files", "lora", "base"}
 
 
 def test_doctor_finds_a_truncated_file(trained, tiny_dir, tmp_path, capsys):
@@ -180,9 +190,11 @@ def test_doctor_finds_a_truncated_file(trained, tiny_dir, tmp_path, capsys):
     weights.write_bytes(weights.read_bytes()[:-100])
     report = check_adapter(folder, tiny_dir, tmp_path)
     found = statuses(report)
-    assert found["files"] == found["weight files"] == found["lora"] == "fail" and report.exit_code == 1
+    assert found["files"] == found["weight files"] == found["lora"] == "fail"
+    assert report.exit_code == 1
     detail = next(f.detail for f in report.findings if f.check == "weight files")
-    assert detail.startswith("adapter 'lora':") and "truncated" in detail
+    assert detail.startswith("adapter 'lora':")
+    assert "truncated" in detail
     assert main(["doctor", "--adapter", str(folder), "--model", str(tiny_dir)]) == 1
     assert "adapter 'lora': adapter_model.safetensors has" in capsys.readouterr().out
 
@@ -199,9 +211,11 @@ def test_doctor_finds_a_mis_shaped_head_tensor(trained, tiny_dir, tmp_path):
     write_manifest(folder, read_manifest(folder))           # the files are whole: only the shape is wrong
     report = check_adapter(folder, tiny_dir, tmp_path)
     found = statuses(report)
-    assert found["files"] == "ok" and found["joint head"] == "fail"
+    assert found["files"] == "ok"
+    assert found["joint head"] == "fail"
     detail = next(f.detail for f in report.findings if f.check == "joint head")
-    assert "adapter 'head':" in detail and "question_projection.weight (file [32, 63] vs config [32, 64])" in detail
+    assert "adapter 'head':" in detail
+    assert "question_projection.weight (file [32, 63] vs config [32, 64])" in detail
     with pytest.raises(AdapterError, match="question_projection.weight"):
         merge_adapter(folder, tiny_dir, tmp_path / "out")
 
@@ -213,7 +227,8 @@ def test_doctor_finds_a_lora_that_does_not_fit_the_base(trained, tiny_dir, tmp_p
     write_checkpoint(wider, seed=0, text={"num_key_value_heads": 4})
     report = check_adapter(trained["lora"][1], wider, tmp_path)
     found = statuses(report)
-    assert found["lora"] == "fail" and found["base"] == "fail"
+    assert found["lora"] == "fail"
+    assert found["base"] == "fail"
     detail = next(f.detail for f in report.findings if f.check == "lora")
     assert "k_proj.lora_B.weight (file [32, 4] vs config [64, 4])" in detail
 
@@ -223,9 +238,11 @@ def test_doctor_finds_a_wrong_base(trained, tiny_dir, tmp_path):
     shutil.copytree(tiny_dir, other)
     (other / "joint_head_config.json").write_text((tiny_dir / "joint_head_config.json").read_text() + " ")
     report = check_adapter(trained["head"][1], other, tmp_path)
-    assert statuses(report)["base"] == "fail" and report.exit_code == 1
+    assert statuses(report)["base"] == "fail"
+    assert report.exit_code == 1
     detail = next(f.detail for f in report.findings if f.check == "base")
-    assert read_manifest(trained["head"][1]).base_sha256 in detail and "not its base" in detail
+    assert read_manifest(trained["head"][1]).base_sha256 in detail
+    assert "not its base" in detail
 
 
 def test_doctor_stops_at_a_manifest_that_does_not_read(tmp_path, tiny_dir):
@@ -267,7 +284,8 @@ def test_the_docs_state_the_real_size_bytes_adapter_bytes_computes():
         assert row is not None, f"docs/adapters.md has no {name} row"
         assert [int(g.replace(",", "")) for g in row.groups()] == [head.total_bytes, lora.lora_bytes,
                                                                    lora.total_bytes]
-    assert f"{head.head_params:,}" in text and f"{lora.lora_params:,}" in text
+    assert f"{head.head_params:,}" in text
+    assert f"{lora.lora_params:,}" in text
 
 
 def test_a_safetensors_header_is_what_the_doctor_reads(trained):

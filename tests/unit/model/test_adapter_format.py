@@ -50,8 +50,11 @@ def rewrite(folder, **changes):
 
 def test_a_written_manifest_reads_back_with_every_file_listed(head_adapter, lora_adapter):
     manifest = read_manifest(head_adapter)
-    assert manifest.format == ADAPTER_FORMAT and manifest.base_sha256 == BASE and manifest.mode == "head"
-    assert set(manifest.files) == {HEAD_FILE} and manifest.files[HEAD_FILE].bytes == 1300
+    assert manifest.format == ADAPTER_FORMAT
+    assert manifest.base_sha256 == BASE
+    assert manifest.mode == "head"
+    assert set(manifest.files) == {HEAD_FILE}
+    assert manifest.files[HEAD_FILE].bytes == 1300
     assert manifest.created.endswith("Z")
     check_files(head_adapter, manifest)
     lora = read_manifest(lora_adapter)
