@@ -1,11 +1,14 @@
-"""`omni doctor [--model DIR]`: is this machine (and this checkpoint) ready? One screen of plain lines, or `--json`.
+"""`omni doctor [--model DIR] [--adapter DIR]`: is this machine (and this checkpoint, and this adapter) ready? One
+screen of plain lines, or `--json`.
 
 Device, dtype, the context limit and the prefix cache come from the same `OMNI_*` settings `omni serve` reads
 (`api.http.settings`), overridden by the flags, so the memory estimate is for the configuration that will serve.
 Exit 0 when no check failed (warnings and info included), 1 when one did (the failing lines say why), 2 for a usage
 error: a bad flag or setting, or a `--model` that names no directory (nor a hub id already in the local cache).
 The checks are `omni.model.doctor`'s, plus the torch threads a server here would run with (`omni.serve.cpus`: the
-CPUs this process may use); this module reads argv and prints. Knows nothing of torch or model internals.
+CPUs this process may use); this module reads argv and prints. `--adapter DIR` adds the checks of an adapter folder
+against its base (`omni.model.doctor.adapter`): `--model`, or the embedded default when none is given. Knows nothing
+of torch or model internals.
 """
 from __future__ import annotations
 
@@ -14,12 +17,14 @@ import json
 import re
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni.contract.config import DTYPES
 
 if TYPE_CHECKING:   # at run time imported lazily: they pull in torch
     from omni.contract.config import EngineConfig
+    from omni.model.doctor.adapter import AdapterReport
     from omni.model.doctor.examine import DoctorReport
     from omni.model.doctor.findings import Finding
     from omni.serve.cpus import CpuBudget
@@ -43,6 +48,9 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the dtype the weights would load in (default auto: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--max-context-tokens", type=int, default=None,
                         help="the request size the memory estimate is for (default: the configured limit, 64000)")
+    parser.add_argument("--adapter", metavar="DIR", default=None,
+                        help="an adapter folder to check (without loading it) against its base: --model, or the "
+                             "embedded default")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
 
 
@@ -62,11 +70,31 @@ def run_doctor(args: argparse.Namespace) -> int:
 
     report = examine(config, directory)
     report = replace(report, system=[*report.system, torch_threads(config, usable_cpus())])
+    adapter = check_adapter_flag(args.adapter, directory, config.cache_dir)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        body = report.to_json()
+        if adapter is not None:
+            body["adapter"] = adapter.to_json()
+            body["exit_code"] = max(report.exit_code, adapter.exit_code)
+            body["ok"] = body["exit_code"] == 0
+        print(json.dumps(body, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(screen(report)))
-    return report.exit_code
+        print("\n".join(screen(report, adapter)))
+    return max(report.exit_code, adapter.exit_code if adapter is not None else 0)
+
+
+def check_adapter_flag(adapter: str | None, directory: Path | None, cache_dir: str | None) -> AdapterReport | None:
+    """The adapter's report against `directory` (or the embedded default); None without --adapter."""
+    if adapter is None:
+        return None
+    from omni.contract.errors import AdapterError
+    from omni.model.checkpoint import default_cache_dir, embedded_default
+    from omni.model.doctor.adapter import check_adapter
+
+    path = Path(adapter).expanduser()
+    if not path.is_dir():
+        raise AdapterError(path.name or adapter, f"{adapter}: no such directory")
+    return check_adapter(path, directory or embedded_default(cache_dir), default_cache_dir(cache_dir))
 
 
 def torch_threads(config: EngineConfig, budget: CpuBudget) -> Finding:
@@ -86,15 +114,20 @@ def torch_threads(config: EngineConfig, budget: CpuBudget) -> Finding:
     return Finding("torch threads", "info", f"{config.torch_threads} as set (sized would be {sized}: {basis})", data)
 
 
-def screen(report: DoctorReport) -> list[str]:
+def screen(report: DoctorReport, adapter: AdapterReport | None = None) -> list[str]:
     """The report as plain lines: a title, one line per check, a verdict."""
     lines = [f"omni doctor: the model would load on {report.device} as {report.dtype}"]
     lines += [line(f) for f in report.system]
     if report.directory is not None:
         lines.append(f"checkpoint {report.directory}")
         lines += [line(f) for f in report.checkpoint]
-    failed = [f.check for f in report.findings if f.status == "fail"]
-    warned = [f.check for f in report.findings if f.status == "warn"]
+    findings = list(report.findings)
+    if adapter is not None:
+        lines.append(f"adapter {adapter.adapter} (base {adapter.base})")
+        lines += [line(f) for f in adapter.findings]
+        findings += adapter.findings
+    failed = [f.check for f in findings if f.status == "fail"]
+    warned = [f.check for f in findings if f.status == "warn"]
     warnings = f"{len(warned)} warning{'s' if len(warned) != 1 else ''} ({', '.join(warned)})" if warned else ""
     if failed:
         lines.append(f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"

@@ -1,5 +1,6 @@
 """`omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a decision log;
-`omni export checkpoint MODEL --out DIR [--max-shard-size 5GB]`: a checkpoint in the released layout.
+`omni export checkpoint MODEL --out DIR [--max-shard-size 5GB]`: a checkpoint in the released layout;
+`omni export --merge ADAPTER --base DIR --out DIR`: an adapter folder and its base made one whole checkpoint.
 
 statements: reads the log (`omni.serve.decision_log_files.read_records`), the map
 (`omni.governance.statements.load_statement_map`) and, with `--review-dir`, the reviewers' labels of kept decisions (a
@@ -11,6 +12,9 @@ checkpoint: `omni.model.export.export_checkpoint` writes MODEL (a directory, or 
 Cloudflare publishes Clef-omni: sharded `model-*.safetensors` with their index, the head config with the release's
 keys, a processor config naming its video processor; into a new directory, whole or not at all. A source that would
 not load is refused with what `omni doctor` finds wrong.
+
+--merge: `omni.model.adapter_merge.merge_adapter` checks the adapter's files, refuses a base whose sha256 is not the
+one the adapter names (both named), and writes the base with the adapter's head and its LoRA merged into the thinker.
 
 Bad input (no such log, a corrupt or foreign file, a map naming unknown questions or values, a checkpoint that would
 not load, an output directory that is not empty) is one line and exit 2 (`api/cli/main.py` prints it).
@@ -28,7 +32,12 @@ from pathlib import Path
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    kinds = parser.add_subparsers(dest="export_kind", required=True)
+    parser.add_argument("--merge", metavar="ADAPTER", default=None,
+                        help="an adapter folder (omni finetune's output) to merge with --base into a whole checkpoint")
+    parser.add_argument("--base", metavar="DIR", default=None, help="with --merge: the adapter's base checkpoint")
+    parser.add_argument("--out", metavar="DIR", dest="merge_out", default=None,
+                        help="with --merge: a new (or empty) directory for the merged checkpoint")
+    kinds = parser.add_subparsers(dest="export_kind", required=False)
     statements = kinds.add_parser("statements", help="DSA statements of reasons (the Transparency Database's fields) "
                                                      "for the logged decisions a map selects")
     statements.add_argument("log", help="a decision log directory (omni serve --decision-log) or one segment file")
@@ -63,9 +72,28 @@ def byte_size(text: str) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    if args.merge is not None:
+        return run_export_merge(args)
     if args.export_kind == "checkpoint":
         return run_export_checkpoint(args)
-    return run_export_statements(args)
+    if args.export_kind == "statements":
+        return run_export_statements(args)
+    print("omni export: choose what to export: statements, checkpoint, or --merge ADAPTER --base DIR --out DIR",
+          file=sys.stderr)
+    return 2
+
+
+def run_export_merge(args: argparse.Namespace) -> int:
+    from omni.model.adapter_merge import merge_adapter
+
+    if args.export_kind is not None or not args.base or not args.merge_out:
+        print("omni export: --merge ADAPTER needs --base DIR and --out DIR (and no statements/checkpoint)",
+              file=sys.stderr)
+        return 2
+    out = merge_adapter(args.merge, args.base, args.merge_out)
+    print(f"omni export: {args.merge} merged with its base {args.base} into {out} (a whole checkpoint: "
+          f"`omni decide --model {out}`)", file=sys.stderr)
+    return 0
 
 
 def run_export_checkpoint(args: argparse.Namespace) -> int:

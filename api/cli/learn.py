@@ -180,10 +180,14 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
 
     d = TrainingConfig()
     _add_common(parser)
-    parser.add_argument("--out", required=True, help="output checkpoint directory (the released layout)")
+    parser.add_argument("--out", required=True, help="output directory: an adapter folder beside the base "
+                        "(modes head and lora), or a whole checkpoint (--merged, mode full)")
     parser.add_argument("--mode", choices=TRAINING_MODES, default=d.mode,
-                        help="head: the joint-schema head only; lora: + LoRA adapters on the thinker (merged on "
-                        "save; needs peft); full: + every thinker weight (small models only)")
+                        help="head: the joint-schema head only; lora: + LoRA on the thinker's text decoder (needs "
+                        "peft); full: + every thinker weight (small models only; always a whole checkpoint)")
+    parser.add_argument("--merged", action="store_true",
+                        help="write a whole checkpoint in the released layout (LoRA merged into the thinker) "
+                        "instead of an adapter folder")
     parser.add_argument("--epochs", type=int, default=d.epochs)
     parser.add_argument("--lr", type=float, default=d.learning_rate, help="head learning rate")
     parser.add_argument("--backbone-lr", type=float, default=d.backbone_learning_rate,
@@ -223,17 +227,27 @@ def run_finetune(args: argparse.Namespace) -> int:
     from omni.learn.training import finetune
 
     config = training_config_from_args(args)
+    if args.adapter:
+        print("omni: finetune: --adapter: a fine-tune starts from the base (--model); an adapter is what it writes",
+              file=sys.stderr)
+        return 2
     records = labelled_records(args)
     validation = labelled_records(args, args.validation) if args.validation else None
     model = load_model(args)
     try:
         summary = finetune(model, model.source.directory, records, args.out, config, validation,
-                           restart=args.restart, keep_state=args.keep_state, progress=not args.quiet, log=say)
+                           restart=args.restart, keep_state=args.keep_state, progress=not args.quiet, log=say,
+                           merged=args.merged)
     except ValueError as exc:          # a leftover state of another run, a split too small, an output = input
         print(f"omni: finetune: {exc}", file=sys.stderr)
         return 2
     best = summary["best_validation_nll"]
-    say(f"omni: best epoch {summary['best_epoch']}"
-         + ("" if best is None else f" (validation NLL {best:.4f})") + f"; wrote {args.out} — use it with "
-         f"`omni decide --model {args.out}` or `omni serve --model {args.out}`")
+    done = f"omni: best epoch {summary['best_epoch']}" + ("" if best is None else f" (validation NLL {best:.4f})")
+    if summary["written"] == "checkpoint":
+        say(f"{done}; wrote {args.out} — use it with `omni decide --model {args.out}` or "
+            f"`omni serve --model {args.out}`")
+    else:
+        say(f"{done}; wrote the adapter {args.out} for the base {model.source.directory} — check it with "
+            f"`omni doctor --adapter {args.out}`, or write a whole checkpoint with `omni export --merge {args.out} "
+            f"--base {model.source.directory} --out DIR`")
     return 0

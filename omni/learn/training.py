@@ -5,7 +5,10 @@ questions. Each step runs the serving pipeline (`ClefModel.prepare` → `ClefMod
 for the trained parts; media are decoded and encoded once per record and reused. Augmentation shuffles question
 order and permutes the ids of a choice question's described options (labels follow). A seeded train/validation
 split, early stopping on validation NLL, a resumable `training_state.pt` after every epoch, and at the end the best
-weights written in the released layout (`omni.model.export`). Knows nothing of argv, HTTP or the environment.
+weights written: for modes head and lora, by default, as an adapter folder beside the base checkpoint
+(`omni.model.adapter_save`: the head, peft's LoRA weights, adapter.json naming the base's sha256); with `merged`, and
+always for mode full, as a whole checkpoint in the released layout, LoRA merged (`omni.model.export`). LoRA sits in
+the thinker's text decoder only (`omni.model.lora.lora_config`). Knows nothing of argv, HTTP or the environment.
 """
 from __future__ import annotations
 
@@ -28,7 +31,12 @@ from omni.contract.types import DecisionRequest, Option, Question
 from omni.learn.dataset import LabelledRequest, label_index
 from omni.learn.evaluation import collect_logits, compute_metrics
 from omni.learn.training_config import TrainingConfig
+from omni.model.adapter_format import LoraSpec
+from omni.model.adapter_save import save_adapter
+from omni.model.checkpoint import default_cache_dir
 from omni.model.export import save_released
+from omni.model.fingerprint import checkpoint_sha256
+from omni.model.lora import lora_config
 from omni.model.media import RequestMedia
 from omni.model.surface import RecordT, TrainableModel
 
@@ -96,23 +104,26 @@ def split_dataset(records: Sequence[LabelledRequest], validation_fraction: float
     return train, validation
 
 
-def dataset_digest(records: Sequence[LabelledRequest]) -> str:
+def dataset_digest(records: Sequence[LabelledRequest], chars: int = 16) -> str:
     digest = hashlib.sha256()
     for r in records:
         digest.update(json.dumps([r.line, r.labels, repr(r.request.state), [q.id for q in r.request.questions],
                                   [len(m.data) for m in r.request.media]], sort_keys=True).encode())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()[:chars]
+
+
+def training_data_sha256(train: Sequence[LabelledRequest], validation: Sequence[LabelledRequest]) -> str:
+    """What an adapter's manifest names as its training data: a sha256 over the train and validation records."""
+    return hashlib.sha256((dataset_digest(train, 64) + dataset_digest(validation, 64)).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------- trainer
 def _enable_lora(model: TrainableModel[RecordT], config: TrainingConfig) -> None:
     try:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
     except ImportError as exc:
         raise RuntimeError("LoRA needs peft: pip install 'omni-decide[train]'") from exc
-    # peft annotates lora_alpha as int, but only divides by it (scaling = alpha / r): a float alpha works as given
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,  # type: ignore[arg-type]
-                      target_modules=list(config.lora_targets))
+    lora = lora_config(config.lora_rank, config.lora_alpha, config.lora_targets)     # the text decoder only
     model.backbone.peft_model = get_peft_model(model.backbone.thinker, lora)   # injects into the thinker in place
 
 
@@ -192,8 +203,11 @@ class Trainer(Generic[RecordT]):
     """One fine-tuning run of `model` (loaded from `source_dir`) into `out_dir`."""
 
     def __init__(self, model: TrainableModel[RecordT], source_dir: str | Path, out_dir: str | Path,
-                 config: TrainingConfig, progress: bool = True, log: Callable[[str], None] | None = None) -> None:
+                 config: TrainingConfig, progress: bool = True, log: Callable[[str], None] | None = None,
+                 merged: bool = False) -> None:
         self.model, self.config = model, config
+        self.merged = merged or config.mode == "full"    # a whole checkpoint, not an adapter folder
+        self.data_sha256: str | None = None
         self.source_dir, self.out_dir = Path(source_dir), Path(out_dir)
         self.progress = progress
         self.log = log or (lambda message: None)
@@ -301,9 +315,12 @@ class Trainer(Generic[RecordT]):
             keep_state: bool = False) -> dict[str, Any]:
         """Train, stop early on validation NLL, write the best weights in the released layout; a summary dict."""
         config = self.config
+        if self.out_dir.resolve() == self.source_dir.resolve():     # an adapter or a checkpoint: never over the base
+            raise ValueError("the output directory must differ from the source checkpoint")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.encode_media(list(train) + list(validation))
         digest = dataset_digest(train) + dataset_digest(validation)
+        self.data_sha256 = training_data_sha256(train, validation)
         state: TrainingState | None = None if restart else self._load_state(digest)
         if state is None:
             nll, accuracy = self.validate(validation) if validation else (None, None)
@@ -332,17 +349,31 @@ class Trainer(Generic[RecordT]):
 
     def _finish(self, state: TrainingState, keep_state: bool) -> dict[str, Any]:
         _load_trained_state(self.model, state["best"])
-        merge_lora(self.model)
         self.model.forget_prefixes()
         self.model.head.eval()
-        save_released(self.model, self.source_dir, self.out_dir, backbone_trained=self.config.mode != "head")
+        if self.merged:
+            merge_lora(self.model)
+            save_released(self.model, self.source_dir, self.out_dir, backbone_trained=self.config.mode != "head")
+        else:
+            self._save_adapter()
         summary = {"source": str(self.source_dir), "config": asdict(self.config), "best_epoch": state["best_epoch"],
+                   "written": "checkpoint" if self.merged else "adapter",
                    "best_validation_nll": state["best_nll"], "stopped_early": state["stopped"],
                    "history": state["history"]}
         (self.out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         if not keep_state:
             (self.out_dir / STATE_FILE).unlink(missing_ok=True)
         return summary
+
+
+    def _save_adapter(self) -> None:
+        """The head (and LoRA weights) as an adapter folder naming the base checkpoint by its sha256."""
+        config = self.config
+        base = getattr(self.model, "sha256", None) or checkpoint_sha256(self.source_dir, default_cache_dir())
+        lora = LoraSpec(config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
+        save_adapter(self.model, self.out_dir, mode=config.mode, lora=lora if config.mode == "lora" else None,
+                     base_sha256=base, base_release_date=self.model.source.release_date,
+                     training_data_sha256=self.data_sha256)
 
 
 def _show(value: float | None) -> str:
@@ -352,12 +383,13 @@ def _show(value: float | None) -> str:
 def finetune(model: TrainableModel[RecordT], source_dir: str | Path, records: Sequence[LabelledRequest], out_dir: str | Path,
              config: TrainingConfig | None = None, validation: Sequence[LabelledRequest] | None = None,
              restart: bool = False, keep_state: bool = False, progress: bool = True,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Split (unless `validation` is given), train and save. Returns the summary written to training.json."""
+             log: Callable[[str], None] | None = None, merged: bool = False) -> dict[str, Any]:
+    """Split (unless `validation` is given), train and save: an adapter folder for modes head and lora, a whole
+    checkpoint with `merged` (and for mode full). Returns the summary written to training.json."""
     config = config or TrainingConfig()
     if validation is None:
         train, validation = split_dataset(records, config.validation_fraction, config.seed)
     else:
         train = list(records)
-    trainer = Trainer(model, source_dir, out_dir, config, progress, log)
+    trainer = Trainer(model, source_dir, out_dir, config, progress, log, merged)
     return trainer.run(train, validation, restart=restart, keep_state=keep_state)

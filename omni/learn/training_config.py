@@ -12,7 +12,7 @@ TRAINING_MODES = ("head", "lora", "full")
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    mode: str = "head"                      # head | lora (adapters on the thinker, merged on save) | full
+    mode: str = "head"                      # head | lora (LoRA on the thinker's text decoder) | full
     epochs: int = 20
     batch_records: int = 8                  # records per optimizer step
     learning_rate: float = 1e-3             # the head

@@ -19,10 +19,13 @@
     adapter_format.py  the adapter folder: adapter.json (validated), its files whole, its sha256, served names
     adapters.py     an adapter loaded beside the base (its head, LoRA weights, calibration, bound policy); Selection
     lora.py         LoRA adapters resident in the thinker (peft), applied per row of one forward
+    adapter_save.py   a fine-tuned head (and peft LoRA) written as an adapter folder beside its base
+    adapter_merge.py  an adapter folder + its base (sha256 checked) written as one whole checkpoint
     export.py       a (fine-tuned) model, or a whole checkpoint directory, written in the released layout
     shards.py       backbone weights as numbered model-*.safetensors shards with model.safetensors.index.json
     tiny.py         a tiny random checkpoint built offline; checkpoints/ holds the embedded demo
-    doctor/         `omni doctor`'s checks: the machine, a checkpoint's files and shapes (headers only), memory
+    doctor/         `omni doctor`'s checks: the machine, a checkpoint's files and shapes (headers only), memory,
+                    an adapter folder against its base; an adapter's bytes at any config
 
 Uses omni.contract and preprocess; knows nothing of serving, queues, HTTP, argv or the environment.
 """

@@ -247,8 +247,8 @@ def build_joint_head(config: dict, state: dict[str, torch.Tensor], what: str = "
         raise ValueError(f"the head config has unknown keys: {', '.join(unknown)}")
     try:
         head = JointSchemaHead(**config)
-    except TypeError as exc:
-        raise ValueError(f"the head config is incomplete: {exc}") from None
+    except (TypeError, ValueError, AssertionError) as exc:     # a missing key, heads not dividing width …
+        raise ValueError(f"the head config does not build a head: {exc}") from None
     expected = head.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))

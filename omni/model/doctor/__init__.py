@@ -8,6 +8,10 @@ without loading a weight.
     layout.py     the tensors the configs promise, built with the real classes on the meta device, compared with headers
     directory.py  a checkpoint directory's checks: files, weight headers, backbone, joint head, tokenizer
     memory.py     the memory one request at the configured limits needs on a device, and whether it fits
+    adapter.py    an adapter folder's checks against its base: manifest, files whole, headers, head and LoRA shapes
+                  against the base's config (meta device), the base's sha256
+    adapter_size.py  an adapter's weight bytes (head, LoRA of a rank over some modules) from a config on the meta
+                  device; the released Qwen3-Omni-30B-A3B text decoder's config
     examine.py    all of it for an EngineConfig (device, dtype, limits) and an optional directory: a DoctorReport
 
 Knows nothing of argv, the environment or printing (api/cli/doctor.py does those).

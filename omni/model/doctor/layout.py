@@ -6,8 +6,10 @@ The backbone is transformers' `Qwen3OmniMoeForConditionalGeneration` with audio 
 loads it; its runtime names (fused experts, nested language model) are turned back into the checkpoint's names by
 transformers' own `revert_weight_conversion`, the step `save_pretrained` takes. Besides `backbone` (which loads it) and
 `tiny` (which builds a random one), the one module that names the class: it only builds it empty. The head is
-`omni.model.head.JointSchemaHead`. `ModelShape` carries the figures a memory estimate needs. Knows nothing of
-directories, findings, devices' memory or argv.
+`omni.model.head.JointSchemaHead`. `ModelShape` carries the figures a memory estimate needs. `lora_shapes`: the
+tensors a peft LoRA adapter of a rank over some module names holds for the thinker (text decoder only, as
+`omni.model.lora.lora_config` targets it), by peft's saved names. Knows nothing of directories, findings, devices'
+memory or argv.
 """
 from __future__ import annotations
 
@@ -76,18 +78,40 @@ def read_backbone_config(directory: Path) -> Any:
     return config
 
 
-def expected_backbone(config: Any) -> Shapes:
-    """Every backbone tensor the loader asks for, by its name in the released files, with its shape."""
+def meta_model(config: Any) -> Any:
+    """The whole model config.json describes, built on the meta device (shapes only; CheckpointError if it does not
+    build). Its `.thinker` has the module names a loaded thinker has."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
-    from transformers.core_model_loading import revert_weight_conversion
 
     try:
         with torch.device("meta"):
-            model = Qwen3OmniMoeForConditionalGeneration(config)
+            return Qwen3OmniMoeForConditionalGeneration(config)
     except (ValueError, TypeError, AttributeError, KeyError, IndexError, RuntimeError) as exc:
         raise CheckpointError(f"config.json does not build the model: {type(exc).__name__}: {exc}") from exc
+
+
+def expected_backbone(config: Any) -> Shapes:
+    """Every backbone tensor the loader asks for, by its name in the released files, with its shape."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    model = meta_model(config)
     released = revert_weight_conversion(model, model.state_dict())
     return {name: tuple(tensor.shape) for name, tensor in released.items()}
+
+
+def lora_shapes(thinker: Any, targets: tuple[str, ...] | list[str], rank: int) -> Shapes:
+    """The tensors of a rank-`rank` LoRA over the modules named `targets` in the thinker's text decoder, by the names
+    peft saves them under (lora_A [rank, in], lora_B [out, rank] per targeted Linear)."""
+    from torch import nn
+
+    from omni.model.lora import PEFT_PREFIX, TEXT_DECODER
+
+    shapes: Shapes = {}
+    for name, module in thinker.named_modules():
+        if name.startswith(TEXT_DECODER) and name.rsplit(".", 1)[-1] in targets and isinstance(module, nn.Linear):
+            shapes[f"{PEFT_PREFIX}{name}.lora_A.weight"] = (rank, module.in_features)
+            shapes[f"{PEFT_PREFIX}{name}.lora_B.weight"] = (module.out_features, rank)
+    return shapes
 
 
 def read_head_config(directory: Path) -> dict[str, Any]:
@@ -96,6 +120,11 @@ def read_head_config(directory: Path) -> dict[str, Any]:
         config = json.loads((directory / "joint_head_config.json").read_text())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"joint_head_config.json cannot be read: {exc}") from exc
+    return read_head_config_values(config)
+
+
+def read_head_config_values(config: Any) -> dict[str, Any]:
+    """A head config (joint_head_config.json's object, or an adapter's head_config) with the loader's refusals."""
     if not isinstance(config, dict):
         raise CheckpointError("joint_head_config.json is not a JSON object")
     unknown = sorted(set(config) - set(HEAD_CONFIG_KEYS))

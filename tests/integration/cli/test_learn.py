@@ -102,7 +102,7 @@ def test_calibrate_falls_back_to_type_and_band_below_min_samples(review, checkpo
 def test_finetune_trains_on_a_review_directory(review, checkpoint, tmp_path):
     out = tmp_path / "tuned"
     assert main(["finetune", str(review), "--model", str(checkpoint), "--out", str(out), "--epochs", "1",
-                 "--validation", str(review), "--quiet"]) == 0
+                 "--validation", str(review), "--quiet", "--merged"]) == 0
     summary = json.loads((out / "training.json").read_text())
     assert [epoch["epoch"] for epoch in summary["history"]] == [0, 1]          # 0: before training
     assert (out / "joint_head.safetensors").is_file()

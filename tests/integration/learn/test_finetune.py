@@ -67,7 +67,7 @@ def test_head_finetuning_lowers_validation_nll_and_the_saved_directory_reloads_e
                                                                                       tmp_path):
     model = ClefModel.load(tiny_dir)
     summary = finetune(model, tiny_dir, keyword_records, tmp_path / "tuned", TrainingConfig(epochs=10, **FAST),
-                       progress=False)
+                       progress=False, merged=True)
     history = summary["history"]
     assert history[0]["epoch"] == 0 and len(history) == 11
     assert summary["best_validation_nll"] < history[0]["validation_nll"] - 0.05
@@ -83,14 +83,15 @@ def test_head_finetuning_lowers_validation_nll_and_the_saved_directory_reloads_e
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tiny_dir, keyword_records, tmp_path):
     config = TrainingConfig(epochs=3, **FAST)
-    finetune(ClefModel.load(tiny_dir), tiny_dir, keyword_records, tmp_path / "straight", config, progress=False)
+    finetune(ClefModel.load(tiny_dir), tiny_dir, keyword_records, tmp_path / "straight", config, progress=False,
+             merged=True)
     first = ClefModel.load(tiny_dir)
     finetune(first, tiny_dir, keyword_records, tmp_path / "resumed", TrainingConfig(epochs=1, **FAST),
              keep_state=True, progress=False)
     assert (tmp_path / "resumed" / STATE_FILE).is_file()
     messages = []
     summary = finetune(ClefModel.load(tiny_dir), tiny_dir, keyword_records, tmp_path / "resumed", config,
-                       progress=False, log=messages.append)
+                       progress=False, log=messages.append, merged=True)
     assert any(m.startswith("resuming after epoch 1") for m in messages)
     assert [h["epoch"] for h in summary["history"]] == [0, 1, 2, 3]
     straight = ClefModel.load(tmp_path / "straight")
@@ -130,7 +131,8 @@ def test_lora_adapters_are_merged_on_save(tiny_dir, keyword_records, tmp_path):
     pytest.importorskip("peft")
     model = ClefModel.load(tiny_dir)
     finetune(model, tiny_dir, keyword_records, tmp_path / "lora",
-             TrainingConfig(mode="lora", epochs=1, lora_rank=4, validation_fraction=0.0, **FAST), progress=False)
+             TrainingConfig(mode="lora", epochs=1, lora_rank=4, validation_fraction=0.0, **FAST), progress=False,
+             merged=True)
     assert not any("lora_" in name for name, _ in model.backbone.thinker.named_parameters())
     with safe_open(str(tiny_dir / "model.safetensors"), "pt") as source, \
             safe_open(str(tmp_path / "lora" / "model.safetensors"), "pt") as saved:
@@ -151,7 +153,7 @@ def test_the_inspection_set_is_deterministic_and_trains_through_the_media_path(t
     assert [m.kind for m in records[0].request.media] == ["image", "audio", "video"]
     model = ClefModel.load(tiny_dir)
     summary = finetune(model, tiny_dir, records, tmp_path / "tuned",
-                       TrainingConfig(epochs=1, validation_fraction=0.0, **FAST), progress=False)
+                       TrainingConfig(epochs=1, validation_fraction=0.0, **FAST), progress=False, merged=True)
     assert summary["history"][-1]["train_loss"] > 0
     engine = DecisionEngine(EngineConfig(model_path=str(tmp_path / "tuned"))).load()   # the serving path
     decision = engine.decide(records[0].request)
