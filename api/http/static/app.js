@@ -243,7 +243,8 @@ function currentRequest() {
   const text = $("#state").value;
   let state = text;
   if (/^\s*[{[]/.test(text)) { try { state = JSON.parse(text); } catch { state = text; } }
-  return { state, questions: questionsFromEditor() };
+  const model = $("#ask-model").value;
+  return { state, questions: questionsFromEditor(), ...(model && model !== ask.baseModel ? { model } : {}) };
 }
 
 function toggleRaw() {
@@ -813,6 +814,8 @@ async function loadModel() {
   try {
     const models = await json("/v1/models");
     const card = models.models[0];
+    ask.baseModel = card.name;
+    showModels(models.models);
     ask.limits = card.limits && card.limits.inputs;
     $("#model-name").textContent = `${card.name}${card.tiny_default ? " · tiny demo model (not real answers)" : ""}`;
     $("#limits-hint").textContent = ask.limits ? `Up to ${ask.limits.images} photos, ${ask.limits.audio} audio clips and ${ask.limits.videos} videos.` : "";
@@ -821,6 +824,16 @@ async function loadModel() {
     $("#model-name").textContent = e.status === 503 ? "the model is still loading…" : `model: ${e.message}`;
     if (e.status === 503) setTimeout(loadModel, 2000);
   }
+}
+
+// The base and the adapters served beside it: the Ask page answers with the one chosen (the request's `model`).
+function showModels(cards) {
+  const select = $("#ask-model");
+  const chosen = select.value;
+  select.replaceChildren(...cards.map((c, i) => el("option", {
+    value: c.name, text: i === 0 ? `${c.name} (base)` : `${c.name}${c.mode ? ` · ${c.mode} adapter` : ""}` })));
+  if (cards.some((c) => c.name === chosen)) select.value = chosen;
+  $("#model-row").hidden = cards.length < 2;
 }
 
 // Who is reviewing: named by the API key, or (a server without keys) by the name asked once and kept here.
