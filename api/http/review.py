@@ -99,9 +99,10 @@ def items(request: Request, queue_id: str, order: str = Query("confidence", patt
           outcome: str | None = Query(None, pattern="^(" + "|".join(OUTCOMES) + ")$",
                                       description="the policy's overall outcome of a routed decision"),
           reviewer: str | None = Query(None, description="items this reviewer labelled, commented or flagged"),
-          state: str | None = Query(None, pattern="^(" + "|".join(STATE_FILTERS) + ")$")) -> dict:
+          state: str | None = Query(None, pattern="^(" + "|".join(STATE_FILTERS) + ")$"),
+          model: str | None = Query(None, description="items this model answered (the base or an adapter)")) -> dict:
     try:
-        where = ItemFilter(question, answer, min_confidence, max_confidence, outcome, reviewer, state)
+        where = ItemFilter(question, answer, min_confidence, max_confidence, outcome, reviewer, state, model)
     except ReviewInputError as exc:
         raise RequestValidationError([{"loc": ("query", exc.field), "msg": str(exc), "type": "value_error"}]) from None
     return {"items": _found(_queues(request).items, queue_id, order, threshold, where, _viewer(request))}

@@ -39,6 +39,7 @@ class ReviewEntry(BaseModel):
     flagged: bool = False
     reviewers: list[str] = Field(default_factory=list, description="who has a label on the item, first first")
     outcome: str | None = Field(None, description="the policy's overall outcome (act, review, pass), if any")
+    model: str | None = Field(None, description="the model that answered: the base's name or an adapter's")
     skipped: bool = Field(False, description="the caller skipped it (skipped items come last)")
 
 

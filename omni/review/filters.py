@@ -28,7 +28,8 @@ class ItemFilter:
     """Which items of a queue a list shows (every field optional; given ones must all hold).
     `answer` is the model's top answer (label id) to `question`; the confidence bounds apply to the question's
     confidence when `question` is given, else the item's; `outcome` is a routed decision's overall policy outcome;
-    `reviewer` keeps the items they labelled, commented or flagged; `state` is unlabelled, partly, done or flagged."""
+    `reviewer` keeps the items they labelled, commented or flagged; `state` is unlabelled, partly, done or flagged;
+    `model` keeps the items a model answered (the base's served name or an adapter's)."""
 
     question: str | None = None
     answer: str | None = None
@@ -37,6 +38,7 @@ class ItemFilter:
     outcome: str | None = None
     reviewer: str | None = None
     state: str | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if self.answer is not None and self.question is None:
@@ -69,5 +71,7 @@ class ItemFilter:
         if self.outcome is not None and record.outcome != self.outcome:
             return False
         if self.reviewer is not None and not item.touched_by(self.reviewer):
+            return False
+        if self.model is not None and record.model != self.model:
             return False
         return self.state is None or (item.flagged() if self.state == "flagged" else state == self.state)

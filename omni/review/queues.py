@@ -125,6 +125,7 @@ class ReviewQueues:
                     "key": r.key, "confidence": round(r.confidence, 6), "questions": len(r.answers),
                     "labelled": sum(1 for q in r.questions if q in seen), "preview": _preview(r.body.get("state")),
                     "state": state, "flagged": item.flagged(), "reviewers": item.reviewers(), "outcome": r.outcome,
+                    "model": r.model,
                     "skipped": skipped}))
         return [entry for skipped, entry in sorted(entries, key=lambda e: e[0])]      # stable: skipped ones last
 

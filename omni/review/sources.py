@@ -30,6 +30,7 @@ class Decided:
     answers: dict[str, JSONObject]
     route: JSONObject | None = None          # a policy's routing: queue, reasons, x_outcome
     outcome: str | None = None               # the policy's overall outcome (act, review, pass), when one decided
+    model: str | None = None                 # the model that answered (the base's name or an adapter's)
 
     @cached_property
     def confidence(self) -> float:
@@ -38,6 +39,10 @@ class Decided:
     @property
     def questions(self) -> list[str]:
         return list(self.answers)
+
+
+def _name(model: JSONValue) -> str | None:
+    return model if isinstance(model, str) else None
 
 
 def _overall(*outcomes: JSONValue) -> str | None:
@@ -96,7 +101,7 @@ class BatchSource:
             body = json.loads(inputs[source][line - 1])
             response = record["response"]
             decided.append(Decided(f"{self.id}-{line}", body, source.parent, response.get("answers", {}),
-                                   outcome=_overall(response.get("x_outcome"))))
+                                   outcome=_overall(response.get("x_outcome")), model=_name(response.get("model"))))
         self._read = (version, decided)
         return decided
 
@@ -127,7 +132,8 @@ class KeptSource:
                     self._decided.append(Decided(r["key"], r["request"], self.review_dir.root,
                                                  r["response"].get("answers", {}), route,
                                                  _overall(route.get("x_outcome") if route else None,
-                                                          r["response"].get("x_outcome"))))
+                                                          r["response"].get("x_outcome")),
+                                                 _name(r["response"].get("model"))))
             self._count, self._last = len(kept), kept[-1] if kept else None
             return list(self._decided)
 

@@ -177,3 +177,22 @@ def test_skipped_items_go_last_in_the_list_of_who_skipped_them(tmp_path):
     assert [e["key"] for e in queues.items("kept", viewer=BOB)] == keys              # bob's order is unchanged
     queues.undo("kept", keys[0], skip["id"], ALICE)
     assert [e["key"] for e in queues.items("kept", viewer=ALICE)] == keys
+
+
+def test_an_item_names_the_model_that_answered_and_the_list_filters_by_it(tmp_path):
+    """Decisions answered by the base and by adapters share a queue; each entry names its model; `model` keeps one."""
+    review_dir = ReviewDir(tmp_path / "review")
+    models = ["clef-omni", "line-4", "line-4", None]
+    keys = []
+    for i, model in enumerate(models):
+        response = decided(0.55 + i / 100, {"power": 0.9, "hvac": 0.1}, {"0": 0.1, "1": 0.85, "2": 0.05})
+        if model is not None:
+            response["model"] = model
+        keys.append(review_dir.keep_decision(request(f"unit {i}"), response))
+    queues = ReviewQueues(review_dir, config=CONFIG)
+    assert [e["model"] for e in queues.items("kept")] == models
+
+    def listed(model: str) -> list[str]:
+        return [e["key"] for e in queues.items("kept", where=ItemFilter(model=model))]
+
+    assert listed("line-4") == keys[1:3] and listed("clef-omni") == keys[:1] and listed("other") == []
