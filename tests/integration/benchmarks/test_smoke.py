@@ -381,7 +381,7 @@ def check_torch_threads(tmp_path: Path) -> None:
 
 def check_realsize(tmp_path: Path) -> None:
     out = run_smoke("device/realsize.py", "--out", str(tmp_path)).stdout
-    rows = {line["case"]: line for line in json_lines(out)}
+    rows = {line["case"]: line for line in json_lines(out) if "case" in line}
     assert sorted(rows) == list("abcdef")
     for row in rows.values():
         finite(row)
@@ -394,6 +394,11 @@ def check_realsize(tmp_path: Path) -> None:
     assert len(table(out, "| case | input tok (state) |")) == 6
     report = json.loads((tmp_path / "realsize.json").read_text())
     assert [r["case"] for r in report["cases"]] == list("abcdef") and report["skipped"] == []
+    adapters = one(json_lines(out), adapters_case=True)         # issue 32: 8 head-only adapters, mixed vs one
+    assert adapters["adapters"] == adapters["resident"] == 8 and "failed" not in adapters
+    positive(adapters, "rps_mixed", "rps_one", "ratio_rps_mixed_over_one", "p50_ms_mixed", "p50_ms_one",
+             "resident_bytes")
+    assert json.loads((tmp_path / "realsize_adapters.json").read_text()) == adapters
 
 
 def check_run_sh(tmp_path: Path) -> None:
