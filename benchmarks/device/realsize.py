@@ -14,6 +14,12 @@ Dry run here (scaled-down shapes and inputs on CPU, under a minute; also what a 
     .venv/bin/python benchmarks/device/realsize.py --dry-run [--dtype bfloat16] [--inputs real]
 Smoke run (the dry run's shapes with the smallest inputs, one round per case: a check that the script runs):
     .venv/bin/python benchmarks/device/realsize.py --smoke
+Adapters (issue 32; `--adapters 8`, the default, 0 turns it off): after the cases, if the budget leaves 120 s (10 s
+dry), 8 head-only adapters with random heads of the head's shape (the real 109 M-parameter head on the GPU) are
+written, served beside the model (`EngineConfig(adapters=...)`, `start()` / `submit`), and a stream of case (a)'s
+requests spread over all 8 is timed against the same stream all to one (realsize_adapters.py): one JSON line
+(`"adapters_case": true`) and $OUT/realsize_adapters.json. A device call for it alone, after the wheels as above:
+    python3 benchmarks/device/realsize.py --cases a --adapters 8 2>&1 | tee $OUT/realsize.txt
 
 What it builds: the Qwen3-Omni-30B-A3B thinker with the released shapes (clef-reference §1.2, qwen-omni-notes §5:
 48 MoE layers of hidden 2048, 128 experts top-8, vocab 152,064; the 27-block vision and 32-layer audio towers;
@@ -58,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
+from realsize_adapters import mixed_vs_one
 from realsize_flops import FlopModel
 from realsize_model import SHAPES, STARTED, ForwardLog, GiB, build_model, log, make_engine, real_shapes_on_meta, sync
 from realsize_report import environment, result_row, write_report
@@ -65,6 +72,7 @@ from realsize_report import environment, result_row, write_report
 from fixtures.media import image_bytes, video_bytes, wav_bytes
 from omni.contract.config import EngineConfig
 from omni.contract.request import parse_request
+from omni.model.clef import ClefModel
 from omni.model.tiny import write_checkpoint
 from omni.serve.engine import DecisionEngine
 from preprocess.loader import load_processor_parts
@@ -82,12 +90,16 @@ class Plan:
     long_questions: int = 64
     rounds: dict = field(default_factory=lambda: {"a": 20, "b": 20, "c": 20, "d": 5, "e": 5, "f": 10})
     warmups: int = 2
+    adapter_requests: int = 32         # the adapters case: requests per stream (case (a)'s text), and its rounds
+    adapter_rounds: int = 3
 
 
 PLANS = {"real": Plan(), "dry": Plan(image_side=512, audio_seconds=10.0, video=(4.0, 640, 360), long_state_tokens=1500,
-                                     rounds=dict.fromkeys("abcdef", 3), warmups=1),
+                                     rounds=dict.fromkeys("abcdef", 3), warmups=1,
+                                     adapter_requests=8, adapter_rounds=2),
          "smoke": Plan(state_tokens=60, image_side=128, audio_seconds=1.0, video=(1.0, 160, 96), long_state_tokens=200,
-                       long_questions=6, rounds=dict.fromkeys("abcdef", 1), warmups=1)}
+                       long_questions=6, rounds=dict.fromkeys("abcdef", 1), warmups=1, adapter_requests=4,
+                       adapter_rounds=1)}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -106,6 +118,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inputs", choices=("auto", "real", "dry", "smoke"), default="auto",
                         help="input sizes and rounds; auto: those of the shapes (real inputs + dry shapes checks here "
                              "the real token counts and media times)")
+    parser.add_argument("--adapters", type=int, default=8,
+                        help="after the cases: N head-only adapters of the head's shape served beside the model, a "
+                             "stream spread over them vs all to one (issue 32); 0: off")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="CPU threads for torch; default 0 (torch's own) with CUDA, 1 on CPU (a shared CPU stalls "
                              "spinning threads)")
@@ -307,6 +322,35 @@ def run_all(cases: list[Case], cold: DecisionEngine, warm: DecisionEngine, flops
     return rows, skipped
 
 
+def run_adapters(cold: DecisionEngine, tokenizer, plan: Plan, args, directory: Path) -> dict | None:
+    """The adapters case (realsize_adapters.mixed_vs_one) on the cold engine's model, if the budget leaves time for
+    writing and loading the adapters (each head is 0.4 GB at real size); a JSON line and realsize_adapters.json."""
+    if time_left(args.budget_s) < (10 if args.dry_run else 120):
+        log("adapters case skipped: budget")
+        return None
+    model = cold.model
+    assert isinstance(model, ClefModel)
+
+    def engine_for(config: EngineConfig) -> DecisionEngine:
+        return make_engine(model.backbone, model.head, model.parts, directory, config, args.device)
+
+    def body(r: int) -> dict:
+        return {"state": state_text(tokenizer, plan.state_tokens, f"adapters {r}"), "questions": questions(5, "g")}
+
+    log(f"adapters: {args.adapters} head-only, {plan.adapter_requests} requests a stream, "
+        f"{plan.adapter_rounds} rounds")
+    try:
+        row = mixed_vs_one(cold, engine_for, body, directory / "adapters", args.adapters, plan.adapter_requests,
+                           plan.adapter_rounds)
+    except Exception as exc:   # noqa: BLE001 - reported; the cases above are already written
+        traceback.print_exc()
+        row = {"adapters": args.adapters, "failed": f"{type(exc).__name__}: {exc}"}
+    row = {"adapters_case": True, "size": args.size, "device": args.device, **row}
+    print(json.dumps(row), flush=True)
+    (args.out / "realsize_adapters.json").write_text(json.dumps(row, indent=1) + "\n")
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build, run every case, print and write the report."""
     args = parse_args(argv)
@@ -320,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         cases = make_cases(plan, tokenizer, make_media(plan), args.cases, args.rounds_scale)
         rows, skipped = run_all(cases, cold, warm, flops, forwards, tokenizer, env, args, plan.warmups)
         print(write_report(args.out, env, rows, skipped), flush=True)
+        if args.adapters:
+            run_adapters(cold, tokenizer, plan, args, Path(tmp))
     log(f"done in {time.monotonic() - STARTED:.0f} s; wrote {args.out / 'realsize.json'} and "
         f"{args.out / 'realsize.md'}")
     return 0 if rows else 1

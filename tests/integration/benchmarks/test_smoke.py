@@ -205,6 +205,35 @@ def check_cache(tmp_path: Path) -> None:
     assert set(summary) == {"event", "repeat_media", "isolated_64", "same_photo", "memory"}
 
 
+def check_adapters(tmp_path: Path) -> None:
+    out = run_smoke("adapters.py", "--out", str(tmp_path / "adapters.json")).stdout
+    lines = json_lines(out)
+    assert one(lines, event="env")["smoke"] is True
+    for event in ("head_mixed", "lora_mixed"):
+        positive(one(lines, event=event), "rps_mixed", "rps_one", "ratio_rps_mixed_over_one", "ratio_of_median_rps")
+    positive(one(lines, event="head_mixed"), "rps_base")
+    shadow = one(lines, event="shadow")
+    assert shadow["shadow_scored"] == shadow["requests_each"] > 0          # every live answer was also scored
+    assert shadow["same_forward"] >= shadow["requests_each"]               # head-only: from the same forward
+    positive(shadow, "p50_ms_with_shadow", "p50_ms_without", "ratio_p50_with_over_without")
+    hot = one(lines, event="hot_load")
+    assert hot["failures"] == 0 and hot["clients_in_flight_at_load_min"] > 0   # loaded while requests were in flight
+    positive(hot, "register_ms_median", "first_answer_ms_median", "p50_ms_with_load", "p50_ms_without")
+    positive(one(lines, event="lora_cost"), "ms_per_token_base", "ms_per_token_one_lora", "ms_per_token_mixed_4_lora",
+             "ms_per_token_base_before_lora")
+    memory = one(lines, event="memory")
+    tiny, real = memory["tiny"], memory["real_size"]
+    assert 0 < tiny["head_only_bytes"] < tiny["lora_r16_bytes"] and tiny["stats"]["resident_lora"] == 4
+    assert real["head"]["params"] == 109_175_812                           # the real head shape (realsize_model)
+    assert real["lora"]["modules"] == 4 * real["text_config"]["num_hidden_layers"] == 192
+    assert real["lora"]["params"] == 16 * 48 * (2 * (2048 + 32 * 128) + 2 * (2048 + 4 * 128))   # r (in + out) each
+    summary = one(lines, event="summary")
+    finite(summary)
+    assert set(summary["targets_held"]) == {"head_mixed", "lora_mixed", "shadow"}
+    assert len(table(out, "| figure | measured |")) == 8
+    assert json.loads((tmp_path / "adapters.json").read_text())["summary"] == summary
+
+
 def check_audit(tmp_path: Path) -> None:
     lines = json_lines(run_smoke("audit.py").stdout)
     assert one(lines, event="env")["smoke"] is True
@@ -352,7 +381,7 @@ def check_torch_threads(tmp_path: Path) -> None:
 
 def check_realsize(tmp_path: Path) -> None:
     out = run_smoke("device/realsize.py", "--out", str(tmp_path)).stdout
-    rows = {line["case"]: line for line in json_lines(out)}
+    rows = {line["case"]: line for line in json_lines(out) if "case" in line}
     assert sorted(rows) == list("abcdef")
     for row in rows.values():
         finite(row)
@@ -365,6 +394,11 @@ def check_realsize(tmp_path: Path) -> None:
     assert len(table(out, "| case | input tok (state) |")) == 6
     report = json.loads((tmp_path / "realsize.json").read_text())
     assert [r["case"] for r in report["cases"]] == list("abcdef") and report["skipped"] == []
+    adapters = one(json_lines(out), adapters_case=True)         # issue 32: 8 head-only adapters, mixed vs one
+    assert adapters["adapters"] == adapters["resident"] == 8 and "failed" not in adapters
+    positive(adapters, "rps_mixed", "rps_one", "ratio_rps_mixed_over_one", "p50_ms_mixed", "p50_ms_one",
+             "resident_bytes")
+    assert json.loads((tmp_path / "realsize_adapters.json").read_text()) == adapters
 
 
 def check_run_sh(tmp_path: Path) -> None:
@@ -385,7 +419,7 @@ def check_run_sh(tmp_path: Path) -> None:
 
 
 CHECKS: dict[str, Callable[[Path], None]] = {
-    "abuse.py": check_abuse, "audit.py": check_audit, "batch.py": check_batch, "cache.py": check_cache,
+    "abuse.py": check_abuse, "adapters.py": check_adapters, "audit.py": check_audit, "batch.py": check_batch, "cache.py": check_cache,
     "load.py": check_load, "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
     "soak.py": check_soak, "webhooks.py": check_webhooks, "device/realsize.py": check_realsize,
     "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
