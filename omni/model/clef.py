@@ -130,12 +130,17 @@ class ClefModel:
     @torch.inference_mode()
     def probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         per_record = self.logits(records)
-        for record in records:
-            shadow, logits = record.selection.shadow, record.shadow_logits
-            if shadow is not None and logits is not None:
-                record.shadow_probabilities = option_probabilities(self._calibrated(record, logits, shadow))
         return [option_probabilities(self._calibrated(record, logits, record.selection.adapter))
                 for record, logits in zip(records, per_record, strict=True)]
+
+    @torch.inference_mode()
+    def score_shadow(self, record: PreparedRecord) -> list[torch.Tensor] | None:
+        """The head-only shadow candidate's calibrated probabilities for `record`, from the rows its forward left
+        (None when it has none). Thread-safe beside the model thread: it runs only the candidate's head."""
+        candidate = record.selection.shadow
+        if candidate is None or record.shadow_units is None:
+            return None
+        return option_probabilities(self._calibrated(record, self.forward.shadow_logits(record), candidate))
 
     def _calibrated(self, record: PreparedRecord, logits: list[torch.Tensor],
                     adapter: Adapter | None) -> list[torch.Tensor]:

@@ -64,8 +64,8 @@ class Forward:
         return adapter.head if adapter is not None else self.head
 
     def logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
-        """Per record, per question [n_i] logits (request question order); a head-only shadow candidate's go to
-        `record.shadow_logits`."""
+        """Per record, per question [n_i] logits (request question order). What a head-only shadow candidate's head
+        must read is left on the record (`record.shadow_units`) for `shadow_logits`, off the live answer's path."""
         use_cache = self.prefixes.enabled and not torch.is_grad_enabled()
         entries = self._known_prefixes(records, use_cache)
         units: list[_Unit] = []
@@ -78,12 +78,20 @@ class Forward:
         done = set(full)
         units += self._continue(records, [i for i in range(len(records)) if i not in done], entries)
         out: list[list[torch.Tensor]] = [[] for _ in records]
-        shadow: list[list[torch.Tensor]] = [[] for _ in records]
-        for unit, logits in zip(units, self._heads(units), strict=True):
-            (shadow if unit.shadow else out)[unit.record].extend(logits)   # an isolated record's blocks in order
-        for record, logits in zip(records, shadow, strict=True):
-            record.shadow_logits = logits if record.selection.shadow is not None else None
+        live = [unit for unit in units if not unit.shadow]
+        for unit, logits in zip(live, self._heads(live), strict=True):
+            out[unit.record].extend(logits)                      # an isolated record's blocks in order
+        for n, record in enumerate(records):
+            shadow = [unit for unit in units if unit.shadow and unit.record == n]
+            record.shadow_units = shadow if record.selection.shadow is not None and not torch.is_grad_enabled() \
+                else None
         return out
+
+    def shadow_logits(self, record: PreparedRecord) -> list[torch.Tensor]:
+        """The shadow candidate's per question logits from the rows its record's forward left (`shadow_units`), in
+        one head pass; the rows are let go."""
+        units, record.shadow_units = record.shadow_units or [], None
+        return [logits for per_unit in self._heads(units) for logits in per_unit]
 
     def _known_prefixes(self, records: Sequence[PreparedRecord], use_cache: bool) -> dict[str, PrefixEntry]:
         """Prefix key -> entry of every prefix known before this batch runs (prefilled in chunks just now, or cached

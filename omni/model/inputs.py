@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,8 +48,7 @@ class PreparedRecord:
     progress: PrefixProgress | None = None     # a chunked prefill under way
     media_audit: tuple[MediaAudit, ...] = ()   # the audit record's media: what the model used of each item
     selection: Selection = field(default_factory=Selection)   # the adapter it is answered with, a shadow candidate
-    shadow_logits: list[torch.Tensor] | None = None            # the head-only shadow candidate's, from the forward
-    shadow_probabilities: list[torch.Tensor] | None = None     # the same, calibrated and normalised
+    shadow_units: list[Any] | None = None      # what a head-only shadow candidate's head reads, left by the forward
 
     @property
     def lora_key(self) -> str | None:

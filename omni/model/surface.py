@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from typing_extensions import TypeVar
@@ -57,9 +57,6 @@ class PreparedInputs(Protocol):
 
     @property
     def truncated_state_chars(self) -> int: ...
-
-    @property
-    def shadow_probabilities(self) -> list[torch.Tensor] | None: ...   # a head-only shadow candidate's, once computed
 
     @property
     def selection(self) -> Selection: ...                  # the adapter it is answered with, a shadow candidate
@@ -134,6 +131,11 @@ class AdapterHost(Protocol):
 
     def unload_adapter(self, adapter: Adapter) -> None:
         """Free what the adapter holds in the base."""
+        ...
+
+    def score_shadow(self, record: Any) -> list[torch.Tensor] | None:
+        """A head-only shadow candidate's probabilities for a record its forward answered (None: nothing to score);
+        runs off the model thread, after the live answer."""
         ...
 
 

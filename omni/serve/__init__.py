@@ -5,6 +5,7 @@
     adapters.py   AdapterRegistry: served adapter names -> folders, residency (LRU of idle ones), holds, reload,
                   unload, rescan, shadow pairs, policies bound to adapters
     selection.py  a request's `model` -> the adapter version it keeps and its shadow candidate; shadow counters
+    shadow.py     ShadowScorer: head-only shadow candidates scored on a thread of their own after the live answer
     batcher.py    MicroBatcher: a bounded queue in front of the one thread that owns the model (REQUEUE: next turn)
     chunking.py   long prefills: admitted if they can finish in time, a chunk per model turn, requeued until done
     admission.py  PrefillBacklog: the long prefills under way and what a prefix token costs here (for admission)

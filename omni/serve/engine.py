@@ -33,6 +33,7 @@ from omni.serve.chunking import LongPrefills
 from omni.serve.cpus import torch_threads_for, usable_cpus
 from omni.serve.heap import HeapTrimmer
 from omni.serve.selection import Held, Selector
+from omni.serve.shadow import ShadowScorer
 from omni.serve.surface import LongPrefillStats, ModelCard
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class DecisionEngine(Generic[RecordT]):
         self._model_lock = threading.Lock()   # held by each model turn, and while adapters' weights go in or out
         self.adapters: AdapterRegistry | None = None
         self.selector = Selector(None, self.config.served_name, self.config.model_aliases)
+        self._shadows = ShadowScorer(self.config.max_batch_records, self.selector.count)
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def load(self) -> DecisionEngine[RecordT]:
@@ -87,6 +89,7 @@ class DecisionEngine(Generic[RecordT]):
             registry.set_shadow(live, candidate)
         self.adapters = registry
         self.selector = Selector(registry, cfg.served_name, cfg.model_aliases)
+        self._shadows.count = self.selector.count
 
     def _model(self) -> DecisionModel[RecordT]:
         """The model, loaded from the config first when none was given."""
@@ -193,12 +196,8 @@ class DecisionEngine(Generic[RecordT]):
         answers = self._answers(record.request, per_question)
         request, mode = record.request, self.config.audit
         audit = self._audit(record, batch_size, per_question) if request.audit or mode != "request" else None
-        shadow: Future[ShadowScore | None] | None = None
-        candidate, scored = record.selection.shadow, record.shadow_probabilities
-        if candidate is not None and scored is not None:
-            shadow = Future()
-            shadow.set_result(ShadowScore(candidate.name, candidate.sha256, self._answers(request, scored),
-                                          unrounded(request.questions, scored), same_forward=True))
+        candidate = record.selection.shadow
+        shadow = self._shadows.submit(lambda: self._shadow_score(record)) if candidate is not None else None
         return Decision(model=self.selector.answered_as(request, record.selection), answers=answers,
                         usage=Usage(record.num_tokens, 0), shadow=shadow,
                         truncated_state_tokens=record.truncated_state_tokens,
@@ -206,6 +205,16 @@ class DecisionEngine(Generic[RecordT]):
                         tokens_by_modality=dict(record.tokens_by_modality),
                         timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
                         cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always")
+
+    def _shadow_score(self, record: RecordT) -> ShadowScore | None:
+        """The head-only shadow candidate's score of `record` (on the shadow thread, after the live answer)."""
+        model, candidate = self._model(), record.selection.shadow
+        scored = model.score_shadow(record) if isinstance(model, AdapterHost) else None
+        if scored is None or candidate is None:
+            return None
+        request = record.request
+        return ShadowScore(candidate.name, candidate.sha256, self._answers(request, scored),
+                           unrounded(request.questions, scored), same_forward=True)
 
     def _answers(self, request: DecisionRequest, per_question: list[torch.Tensor]) -> dict[str, Any]:
         return build_answers(request.questions, [p.tolist() for p in per_question], confidence=self.config.confidence,

@@ -26,7 +26,7 @@ from omni.serve.adapters import AdapterRegistry
 class ShadowCounters:
     """/metrics counters of shadow scoring since start."""
 
-    same_forward: int = 0        # scored from the live request's forward
+    same_forward: int = 0        # scored from the live request's forward (its head after the live answer)
     own_forward: int = 0         # scored by a forward of their own, after the live answer
     dropped: int = 0             # not scored: the server had no room (they never delay a live answer)
     failed: int = 0              # the candidate's forward failed (the live answer was already sent)
@@ -104,8 +104,6 @@ class Selector:
             return
         if shadow.lora_key is None and (adapter is None or adapter.lora_key is None):
             held.selection = Selection(adapter, shadow)        # the same forward's hidden states: its head only
-            with self._lock:
-                self.counters.same_forward += 1
             return
         registry.release(shadow)
         held.own_forward = candidate

@@ -51,7 +51,6 @@ class FakeRecord:
     truncated_state_tokens: int = 0
     truncated_state_chars: int = 0
     cache: dict[str, str] = field(default_factory=dict)
-    shadow_probabilities: list[torch.Tensor] | None = None
     selection: Selection = field(default_factory=Selection)
 
 
