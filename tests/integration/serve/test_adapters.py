@@ -346,3 +346,27 @@ def test_a_policy_in_the_adapter_folder_is_bound_to_it(served, adapters, tmp_pat
     finally:
         served.adapters.unload("bound")
     assert served.adapters.policy_of("bound") is None
+
+
+@pytest.mark.parametrize("mode", ["chunked", "isolated"])
+def test_chunked_and_isolated_prefills_run_each_adapter_exactly(tiny_dir, adapters, mode):
+    """A long prefix prefilled a chunk per turn, and isolated questions (prefix alone, then each block), run with the
+    request's own LoRA weights: equal to the same adapter merged and alone, chunked or isolated the same way."""
+    from omni.model.clef import ClefModel
+
+    long_state = " ".join(f"Reading {i}: the fan turns, the label is on the left side." for i in range(12))
+    options = {"prefill_chunk_tokens": 16} if mode == "chunked" else {"isolation": "isolated"}
+    served_ = engine(tiny_dir, adapters_dir=str(adapters), **options)
+    names = served_.selector.model_names()
+    bodies = [{**body(long_state, name), **({"x_isolation": "isolated"} if mode == "isolated" else {})}
+              for name in (None, "l1", "h1", "l2")]
+    served = [served_.decide(parse_request(b, served_.config, adapters=names)) for b in bodies]
+    if mode == "chunked":      # h1 reads the base's prefix from the cache; each LoRA adapter prefills its own
+        assert ["prefill_chunks" in d.timings_ms for d in served] == [True, True, False, True]
+        assert served[2].cache["prefix"] == "hit"
+    for name, b, decision in zip((None, "l1", "h1", "l2"), bodies, served, strict=True):
+        model = ClefModel.load(tiny_dir) if name is None else merged(tiny_dir, adapters / name)
+        alone = DecisionEngine(EngineConfig(model_path=str(tiny_dir), probability_decimals=8, **options),
+                               model=model).load()
+        plain = {k: v for k, v in b.items() if k != "model"}
+        assert_close(decision.answers, alone.decide(parse_request(plain, alone.config)).answers)
