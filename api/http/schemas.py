@@ -1,7 +1,8 @@
 """Pydantic wire models: the System One shapes for the OpenAPI docs and the response models of simple routes.
 
 These describe shapes only. The validation authority is `omni.contract.request.parse_request`; the decision route never
-validates the body with these models (it must also read zstd/gzip bodies and multipart uploads).
+validates the body with these models (it must also read zstd/gzip bodies and multipart uploads). The admin adapter
+routes' small JSON bodies (`AdapterLoad`, `ShadowCandidate`) are read with theirs (a missing field: 422).
 Knows nothing of the model, the engine or the environment.
 """
 from __future__ import annotations

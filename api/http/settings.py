@@ -243,6 +243,8 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
         if base is float:
             return float(text)
         return text
+    except SettingsError:
+        raise
     except ValueError:
         raise SettingsError(f"{source}: expected {getattr(base, '__name__', base)}, got {raw!r}") from None
 

@@ -209,7 +209,7 @@ def test_a_shadow_pair_set_by_admin_logs_the_candidates_score(app):
     paired = app.put("/v1/admin/shadows/clef-omni", json={"candidate": "alpha"}, headers=ADMIN)
     assert paired.status_code == 200 and paired.json() == {"shadows": {"clef-omni": "alpha"}}
     try:
-        live = app.post("/v1/systemone", json={**body(), "id": "shadowed-1"}, headers=APP)
+        live = app.post("/v1/systemone", json=body(), headers={**APP, "x-request-id": "shadowed-1"})
         assert live.status_code == 200 and live.json()["model"] == "clef-omni"
         alone = decide(app, "alpha")
         assert svc.decision_log.flush(30)
