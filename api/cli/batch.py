@@ -5,8 +5,9 @@ lines at once; failures described by the service's one error table, `api.http.er
 equals what HTTP would answer) or a running server (`--url`, `api.cli.remote`) — and hands it to
 `omni.serve.backlog.run_backlog`. Input lines are the dataset format of `omni eval` with `labels` optional (and
 ignored), media as data URLs or paths relative to IN.jsonl. `--adapter NAME=PATH` (repeatable) serves adapters
-beside the model; each line's `model` selects one (docs/adapters.md). Exit status: 0 every line answered, 1 some lines have
-error records (rerun to retry them), 3 the run stopped early (a server that cannot be reached), 2 usage errors.
+beside the model; each line's `model` selects one (docs/adapters.md). Exit status: 0 every line answered, 1 some
+lines have error records (rerun to retry them), 3 the run stopped early (a server that cannot be reached), 2 usage
+errors.
 Knows nothing of model internals or of how the engine batches; reads no environment.
 """
 from __future__ import annotations

@@ -4,7 +4,8 @@ An edge like HTTP: reads the request JSON (a file or stdin), turns `--image/--au
 `--part NAME=FILE` into named parts exactly as a multipart upload's file parts, and hands both to the one wire parser
 (`omni.contract.request.parse_request`), so every media form (Clef slots, TypeSafe assets, llama.cpp files) behaves
 as over HTTP. `--adapter NAME=PATH` answers with an adapter folder (docs/adapters.md): loaded beside the model, and
-the request's `model` set to it unless the body names another adapter given. Knows nothing of model internals; settings from the environment come only through `api.http.settings`.
+the request's `model` set to it unless the body names another adapter given. Knows nothing of model internals;
+settings from the environment come only through `api.http.settings`.
 """
 from __future__ import annotations
 

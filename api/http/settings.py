@@ -228,10 +228,9 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
     text = raw.strip()
     if optional and text.lower() in ("", "none", "null"):
         return None
+    if typing.get_origin(base) is tuple:
+        return _coerce_list(text, base, source)
     try:
-        if typing.get_origin(base) is tuple:
-            parts = tuple(part.strip() for part in text.split(",") if part.strip())
-            return tuple(_pair(part, source) for part in parts) if _of_pairs(base) else parts
         if base is bool:
             if text.lower() in ("1", "true", "yes", "on"):
                 return True
@@ -243,10 +242,14 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
         if base is float:
             return float(text)
         return text
-    except SettingsError:
-        raise
     except ValueError:
         raise SettingsError(f"{source}: expected {getattr(base, '__name__', base)}, got {raw!r}") from None
+
+
+def _coerce_list(text: str, hint: Any, source: str) -> tuple[Any, ...]:
+    """A comma list: of strings, or of NAME=VALUE pairs (`tuple[tuple[str, str], ...]`)."""
+    parts = tuple(part.strip() for part in text.split(",") if part.strip())
+    return tuple(_pair(part, source) for part in parts) if _of_pairs(hint) else parts
 
 
 def _of_pairs(hint: Any) -> bool:
