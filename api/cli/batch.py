@@ -4,8 +4,10 @@ Argv edge: builds the backend — in-process (a `DecisionEngine` started here, i
 lines at once; failures described by the service's one error table, `api.http.errors.error_payload`, so a record
 equals what HTTP would answer) or a running server (`--url`, `api.cli.remote`) — and hands it to
 `omni.serve.backlog.run_backlog`. Input lines are the dataset format of `omni eval` with `labels` optional (and
-ignored), media as data URLs or paths relative to IN.jsonl. Exit status: 0 every line answered, 1 some lines have
-error records (rerun to retry them), 3 the run stopped early (a server that cannot be reached), 2 usage errors.
+ignored), media as data URLs or paths relative to IN.jsonl. `--adapter NAME=PATH` (repeatable) serves adapters
+beside the model; each line's `model` selects one (docs/adapters.md). Exit status: 0 every line answered, 1 some
+lines have error records (rerun to retry them), 3 the run stopped early (a server that cannot be reached), 2 usage
+errors.
 Knows nothing of model internals or of how the engine batches; reads no environment.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from api.cli.decide import add_torch_threads_flag
+from api.cli.decide import add_adapter_flag, add_torch_threads_flag
 from omni.contract.config import EngineConfig
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     model.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     add_torch_threads_flag(model)
+    add_adapter_flag(model, "serve the adapter folder PATH as model NAME beside the model (repeatable; each line's "
+                            "`model` selects one)")
     model.add_argument("--max-batch-records", type=int, default=None,
                        help=f"records per forward pass (default {EngineConfig.max_batch_records})")
     model.add_argument("--policy", metavar="FILE",
@@ -117,7 +121,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.concurrency is not None and args.concurrency < 1:
         return "--concurrency must be at least 1"
     model_flags = [f"--{name.replace('_', '-')}" for name in ("model", "device", "dtype", "torch_threads",
-                                                             "max_batch_records") if getattr(args, name) is not None]
+                                                             "max_batch_records", "adapter")
+                   if getattr(args, name) is not None]
     model_flags += ["--policy"] if args.url and args.policy else []
     if args.url and model_flags:
         return f"{', '.join(model_flags)}: the server at --url runs its own model; leave these out"
@@ -129,7 +134,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The flags over the defaults (as `omni decide`); the queue always holds every line in flight."""
     overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype,
-                 "torch_threads": args.torch_threads, "max_batch_records": args.max_batch_records}
+                 "torch_threads": args.torch_threads, "max_batch_records": args.max_batch_records,
+                 "adapters": tuple(args.adapter) if getattr(args, "adapter", None) else None}
     # every record carries its decision's audit record (audit="always": the engine shows it, the runner files it)
     config = replace(EngineConfig(audit="always"), **{k: v for k, v in overrides.items() if v is not None})
     concurrency = args.concurrency or 2 * config.max_batch_records
@@ -159,10 +165,13 @@ def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: f
     root = Path(input_path).resolve().parent
     cap_bytes = Settings(engine=engine.config).body_cap_bytes      # what `omni serve` would take as one body
 
+    def names() -> list[str]:           # the adapters a line's `model` may name
+        return engine.adapters.names() if engine.adapters is not None else []
+
     def parse(text: bytes) -> DecisionRequest:
         if len(text) > cap_bytes:
             raise BodyTooLarge(f"body of {len(text)} bytes is over the {cap_bytes}-byte limit")
-        return parse_request_line(text, root, engine.config)
+        return parse_request_line(text, root, engine.config, adapters=names())
 
     return EngineBackend(engine, parse, deadline_s, retries=retries, policy=policy)
 

@@ -3,7 +3,9 @@
 An edge like HTTP: reads the request JSON (a file or stdin), turns `--image/--audio/--video FILE` and
 `--part NAME=FILE` into named parts exactly as a multipart upload's file parts, and hands both to the one wire parser
 (`omni.contract.request.parse_request`), so every media form (Clef slots, TypeSafe assets, llama.cpp files) behaves
-as over HTTP. Knows nothing of model internals; settings from the environment come only through `api.http.settings`.
+as over HTTP. `--adapter NAME=PATH` answers with an adapter folder (docs/adapters.md): loaded beside the model, and
+the request's `model` set to it unless the body names another adapter given. Knows nothing of model internals;
+settings from the environment come only through `api.http.settings`.
 """
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omni.contract.config import EngineConfig
+
+if TYPE_CHECKING:
+    from omni.contract.json_values import JSONValue
 
 MEDIA_FLAGS = ("image", "audio", "video")   # --image FILE joins `images`, --audio `audio`, --video `videos`
 
@@ -51,7 +57,28 @@ def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a policy (TOML): the response gets x_outcome (act / review / pass per question)")
     parser.add_argument("--audit", action="store_true",
                         help="add the decision's audit record (x_audit): model and calibration hashes, prompt, media")
+    add_adapter_flag(parser, "answer with the adapter folder PATH, as model NAME (repeatable: the body's `model` "
+                             "chooses among them, else the first answers)")
     add_model_arguments(parser)
+
+
+def add_adapter_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, help_text: str) -> None:
+    """`--adapter NAME=PATH` (repeatable) -> args.adapter, a list of (NAME, PATH): EngineConfig.adapters."""
+    parser.add_argument("--adapter", action="append", metavar="NAME=PATH", type=_adapter_spec, help=help_text)
+
+
+def _adapter_spec(spec: str) -> tuple[str, str]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected NAME=PATH (an adapter folder)")
+    return name.strip(), path.strip()
+
+
+def with_adapter_model(body: JSONValue, adapters: list[tuple[str, str]]) -> JSONValue:
+    """The body answered by the first adapter given, unless its `model` names one of them."""
+    if not adapters or not isinstance(body, dict) or body.get("model") in {name for name, _ in adapters}:
+        return body
+    return {**body, "model": adapters[0][0]}
 
 
 def _part_spec(spec: str) -> tuple[str, str]:
@@ -73,7 +100,8 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
     """CLI flags override the settings-derived base config, field by field."""
     config = base or EngineConfig()
     overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "confidence": args.confidence,
-                 "max_context_tokens": args.max_context_tokens, "torch_threads": args.torch_threads}
+                 "max_context_tokens": args.max_context_tokens, "torch_threads": args.torch_threads,
+                 "adapters": tuple(getattr(args, "adapter", None) or ()) or None}
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -99,8 +127,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args)
     if args.audit:
         config = replace(config, audit="always")
+    adapters = args.adapter or []
     body = load_json(sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes())
-    request = parse_request(body, config, cli_parts(args))
+    request = parse_request(with_adapter_model(body, adapters), config, cli_parts(args),
+                            adapters=[name for name, _ in adapters])
     decision = with_outcome(DecisionEngine(config).decide(request), request, policy)
     print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=None if args.compact else 2))
     return 0

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from api.http.settings import Settings, SettingsError, cli_fields, is_media_limit
+from api.http.settings import FLAG_NAMES, Settings, SettingsError, cli_fields, flag_of, is_media_limit
 from omni.contract.errors import OmniError
 
 if TYPE_CHECKING:
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from api.http.dependencies import ServiceState
 
 log = logging.getLogger("omni.serve")
-_NOT_FLAGS = {"model", "host", "port", "api_keys"}  # explicit flags below; api_keys only via env or file
+# explicit flags below (the adapters' ones: `add_adapter_arguments`); api_keys only via env or file
+_NOT_FLAGS = {"model", "host", "port", "api_keys", *FLAG_NAMES}
 # what a bare "default: V" would not say
 _DEFAULT_NOTES = {"torch_threads": " (sized when the model loads: the CPUs this process may use, less "
                                    "--decode-threads, at least 1; the startup log names the count)"}
@@ -50,6 +51,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="file whose first line is the webhook secret (or env OMNI_WEBHOOK_SECRET / "
                              "OMNI_WEBHOOK_SECRET_FILE); keeps it out of the process list")
     parser.add_argument("--no-batching", action="store_true", help="one record per model call (max_batch_records=1)")
+    add_adapter_arguments(parser.add_argument_group("adapters (docs/adapters.md)"), serve=True)
     server = parser.add_argument_group("server and engine (each also OMNI_<NAME>)")
     media = parser.add_argument_group("media limits (each also OMNI_MEDIA_<NAME>)")
     defaults = Settings()
@@ -62,10 +64,27 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         switch: dict[str, str] = {"nargs": "?", "const": "true"} if kind is bool else {}   # `--public-docs` = true
         if typing.get_origin(kind) is tuple:   # a list: comma-separated, and the flag may be repeated
             switch = {"action": "append"}
-        group.add_argument("--" + name.replace("_", "-"), dest=name, metavar="V", default=None,
+        group.add_argument(flag_of(name), dest=name, metavar="V", default=None,
                            **switch,  # type: ignore[arg-type]  # nargs and const are strings, as argparse takes them
                            help=f"default: {shown}{_DEFAULT_NOTES.get(name, '')}" if name != "max_body_bytes" else
                            f"default: derived from the media limits ({defaults.body_cap_bytes})")
+
+
+def add_adapter_arguments(group: argparse._ArgumentGroup | argparse.ArgumentParser, serve: bool = False) -> None:
+    """`--adapter NAME=PATH` (repeatable); with `serve`, also `--adapters DIR` and `--shadow LIVE=CANDIDATE` (the
+    EngineConfig fields adapters, adapters_dir and shadows; env OMNI_ADAPTERS, OMNI_ADAPTERS_DIR, OMNI_SHADOWS)."""
+    group.add_argument(FLAG_NAMES["adapters"], dest="adapters", action="append", metavar="NAME=PATH", default=None,
+                       help="serve the adapter folder PATH as model NAME (repeatable; env OMNI_ADAPTERS=N=P,N=P)"
+                       if serve else "answer with the adapter folder PATH, as model NAME (repeatable; a request's "
+                       "`model` selects one)")
+    if not serve:
+        return
+    group.add_argument(FLAG_NAMES["adapters_dir"], dest="adapters_dir", metavar="DIR", default=None,
+                       help="serve each subfolder of DIR holding an adapter.json, named by the folder; SIGHUP "
+                            "rescans it (env OMNI_ADAPTERS_DIR)")
+    group.add_argument(FLAG_NAMES["shadows"], dest="shadows", action="append", metavar="LIVE=CANDIDATE",
+                       default=None, help="requests to model LIVE are also scored by adapter CANDIDATE, off the "
+                                          "response's path, into the decision log (repeatable; env OMNI_SHADOWS)")
 
 
 def build_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
@@ -155,11 +174,15 @@ def _draining_server(config: uvicorn.Config, svc: ServiceState, drain_s: float) 
 
 def _reload_on_sighup(svc: ServiceState) -> None:
     """SIGHUP reads the policy file again (atomically; a file that no longer reads keeps the policy in force and
-    logs why). Without a policy SIGHUP is logged and ignored, instead of ending the process."""
+    logs why) and rescans `--adapters DIR` in a thread of its own (loading weights never blocks the event loop; the
+    report is logged). Without either SIGHUP is logged and ignored, instead of ending the process."""
     def reload(sig: int, frame: FrameType | None) -> None:
+        from api.http.adapters import rescan_in_background
+
+        rescanning = rescan_in_background(svc)
         try:
-            if svc.reload_policy() is None:
-                log.info("SIGHUP: no policy to reload (--policy FILE)")
+            if svc.reload_policy() is None and rescanning is None:
+                log.info("SIGHUP: no policy to reload (--policy FILE) and no adapters folder to rescan (--adapters)")
         except OmniError as exc:
             log.error("SIGHUP: the policy was not reloaded, the one in force stays: %s", exc)
 

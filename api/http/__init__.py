@@ -9,6 +9,9 @@
     review.py      /v1/review/...: review queues, their items and media, labels, guidelines, eval reports
     guidelines.py  the queues' guidelines: a markdown file per queue, rendered once with raw HTML off
     admin.py       /v1/admin/policy: the policy in force and its reload (as SIGHUP)
+    adapters.py    adapters at the edge: /v1/admin/adapters and /v1/admin/shadows, /v1/models' entries, the
+                   --adapters DIR rescan (SIGHUP)
+    shadow.py      a decision's line in the decision log, with its shadow candidate's block once the score is in
     ui.py          the workbench page at /ui (its files are in static/: index.html, app.js, app.css, icon.svg)
     transport.py   headers, bounded decompression, JSON and multipart -> (JSON body, named parts): bytes only
     errors.py      the ONE error table (status, body shape, headers, Cloudflare code)

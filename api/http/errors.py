@@ -13,6 +13,8 @@ avrik's published client (`envelope="avrik"`, chosen by its User-Agent) reads ev
 "message", "field"}}`: it gets the System One body with that object added (`code` avrik's stable code where one
 names the same fault — `context_too_large`, `model_unavailable` — else our `error_type`; `field` the first issue's
 place, dotted; `message` its text).
+Adapters (api/http/adapters.py): AdapterError 400 `adapter_error`, AdapterBusy 409 `conflict`; the admin routes
+answer 404 for a name not served and 409 for a name already served (HTTPException).
 Client faults are never 5xx; a 500 carries the request id and a fixed message, never the exception text.
 Knows the core's exception classes and Starlette's HTTPException; knows nothing of routes or the model.
 """
@@ -29,6 +31,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from omni.contract.errors import (
+    AdapterBusy,
+    AdapterError,
     CheckpointError,
     ContextTooLong,
     DeadlineExceeded,
@@ -116,6 +120,10 @@ TABLE: dict[type[Exception], Rule] = {
     # several bad items of mixed kinds (of one kind: that kind's row, `rule_for`): every entry typed as its own
     MediaErrors: Rule(422, "media_error", 5012, field=True),
     UnknownModel: Rule(400, "api_usage_error", 5006),
+    # an adapter that cannot be used: a bad name or folder, a wrong base (both fingerprints named), not served; on the
+    # decision path too (its folder went bad since it was served): the caller's model choice, never a 5xx
+    AdapterError: Rule(400, "adapter_error", 5006),
+    AdapterBusy: Rule(409, "conflict", 5012),         # unload while requests (or a shadow pair) hold the adapter
     PolicyError: Rule(422, "policy_error", 5012),     # the operator's policy file no longer reads (a reload)
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
     NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),

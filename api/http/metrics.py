@@ -3,7 +3,8 @@
 Requests by route and status, HTTP latency, per-stage latency (parse at the edge; decode / queue / forward from the
 engine's `Decision.timings_ms`), batch sizes, input tokens by modality, requests in flight; under a policy, outcomes
 per question and policy version and the confidence per question (questions the policy names each have their own
-label; the ones `[default]` rules share `_default`, so a caller's question ids never grow the label set).
+label; the ones `[default]` rules share `_default`, so a caller's question ids never grow the label set); the
+adapters served (resident, in flight, loads and evictions) and shadow scores by what became of them.
 Knows nothing of FastAPI routes or the model beyond the Decision fields it reads.
 """
 from __future__ import annotations
@@ -29,6 +30,12 @@ DEFAULT_RULED = "_default"          # the label of questions a policy's [default
 OVERALL = "_overall"
 STAGES = ("decode", "queue", "forward")
 S = TypeVar("S")            # what a scrape-time collector reads
+ADAPTER_GAUGES = {"served": "adapters served (names a request may give)", "resident": "adapters whose weights are "
+                  "in memory", "resident_lora": "resident adapters with LoRA weights", "resident_bytes": "bytes the "
+                  "resident adapters hold", "in_flight": "requests holding an adapter now",
+                  "max_resident": "the bound on resident adapters (--max-adapters)"}
+ADAPTER_EVENTS = ("loads", "reloads", "unloads", "evictions", "load_failures")
+SHADOW_EVENTS = ("same_forward", "own_forward", "dropped", "failed")
 WEBHOOK_COUNTERS = ("delivered", "retried", "failed_attempts", "dropped", "dead_lettered", "dead_letter_errors")
 
 
@@ -70,6 +77,10 @@ class Metrics:
         r.register(self._decision_log)
         self._webhooks = _WebhookCollector()
         r.register(self._webhooks)
+        self._adapters = _AdapterCollector()
+        r.register(self._adapters)
+        self._shadows = _ShadowCollector()
+        r.register(self._shadows)
         for stage in ("parse",) + STAGES:  # so every stage is visible before the first request
             self.stage_seconds.labels(stage)
 
@@ -111,6 +122,13 @@ class Metrics:
         self._caches.stats = engine.cache_stats
         self._batcher.stats = engine.batcher_stats
         self._longs.stats = engine.long_prefills
+
+    def watch_adapters(self, adapters: Callable[[], dict[str, int]],
+                       shadows: Callable[[], dict[str, int]] | None) -> None:
+        """Export the adapter registry's counters (`AdapterRegistry.stats`) and the shadow scores'
+        (`Selector.stats`)."""
+        self._adapters.stats = adapters
+        self._shadows.stats = shadows
 
     def watch_webhooks(self, webhooks: WebhookStats) -> None:
         """Export the webhook sender's counters: delivered, retried, failed attempts, dropped, dead-lettered."""
@@ -221,3 +239,30 @@ class _WebhookCollector(_ScrapeCollector[dict[str, int]]):
         in_flight = GaugeMetricFamily("omni_webhook_in_flight", "delivery attempts under way")
         in_flight.add_metric([], stats.get("in_flight", 0))
         return deliveries, queue, in_flight
+
+
+class _AdapterCollector(_ScrapeCollector[dict[str, int]]):
+    """The adapters served: gauges (served, resident, LoRA, bytes, in flight, the bound) and events since start."""
+
+    def families(self, stats: dict[str, int]) -> Iterable[Metric]:
+        for name, text in ADAPTER_GAUGES.items():
+            gauge = GaugeMetricFamily(f"omni_adapters_{name}", text)
+            gauge.add_metric([], stats.get(name, 0))
+            yield gauge
+        events = CounterMetricFamily("omni_adapter_events", "adapter loads, reloads, unloads, evictions (LRU, idle "
+                                     "ones) and failed loads", labels=["event"])
+        for name in ADAPTER_EVENTS:
+            events.add_metric([name], stats.get(name, 0))
+        yield events
+
+
+class _ShadowCollector(_ScrapeCollector[dict[str, int]]):
+    """Shadow scores by what became of them: from the live forward, by a forward of their own, dropped, failed."""
+
+    def families(self, stats: dict[str, int]) -> Iterable[Metric]:
+        scores = CounterMetricFamily("omni_shadow_scores", "shadow candidates' scores: same_forward (from the live "
+                                     "request's forward), own_forward, dropped (no room: never delays a live answer), "
+                                     "failed", labels=["result"])
+        for name in SHADOW_EVENTS:
+            scores.add_metric([name], stats.get(name, 0))
+        return (scores,)

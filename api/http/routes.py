@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from starlette.background import BackgroundTask
 
 from api.http import schemas
+from api.http.adapters import adapter_names, model_cards
 from api.http.dependencies import (
     ServiceState,
     require_api_key,
@@ -33,6 +34,7 @@ from api.http.dependencies import (
 )
 from api.http.errors import BodyTimeout, BodyTooLarge
 from api.http.identity import caller_of
+from api.http.shadow import log_decision
 from api.http.transport import check_content_headers, decompress, read_body
 from omni.contract.avrik import AVRIK_CLIENT_AGENT, avrik_audit
 from omni.contract.errors import DeadlineExceeded, NotReady
@@ -69,12 +71,13 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
     """A served decision goes to the decision log (queued: the writer thread does the I/O), to the webhook when its
     outcome is one it is sent for (queued too), and, with a review directory, is kept for review after its answer
     was sent (the returned task); all with its audit record. Under a policy only the decisions whose outcome is
-    `review` are kept, in a queue of their own with the reasons; without one, every decision is."""
+    `review` are kept, in a queue of their own with the reasons; without one, every decision is. A decision a shadow
+    candidate scores goes to the log once the candidate's score is in (api/http/shadow.py), with its outcome under
+    the policy the live answer was taken under."""
     svc, decision_request = service(request), request.state.decision_request
     audit = decision.audit.to_wire() if decision.audit is not None else None
-    if svc.decision_log is not None and audit is not None and decision.audit is not None:
-        svc.decision_log.append(decision_request, wire, audit, request_id=decision_request.request_id,
-                                decided_at=decision.audit.decided_at)     # a full queue is counted, never waited on
+    if svc.decision_log is not None and audit is not None:   # with a shadow candidate: once it has scored
+        log_decision(svc.decision_log, decision_request, decision, wire, audit, getattr(request.state, "policy", None))
     outcome = decision.outcome
     if svc.webhooks is not None and outcome is not None and outcome.overall in svc.settings.webhook_on:
         svc.webhooks.offer(webhook_payload(decision, wire, audit, decision_request.request_id),
@@ -149,7 +152,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
         raise DeadlineExceeded(f"no answer within {svc.settings.engine.request_timeout_s:g} s") from None
     finally:
         svc.metrics.inflight.dec()
-    policy = svc.current_policy()
+    policy = request.state.policy = svc.current_policy()     # a shadow candidate's outcome: the same policy
     decision = with_outcome(decision, decision_request, policy)
     svc.metrics.observe_decision(decision)
     if decision.outcome is not None and policy is not None:
@@ -187,21 +190,26 @@ def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id:
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
     wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
     body = wire.body if adapt_body is None else adapt_body(wire.body)
-    decision_request = parse_request(body, svc.settings.engine, wire.parts)
+    decision_request = parse_request(body, svc.settings.engine, wire.parts, adapters=adapter_names(svc.engine))
     return dataclasses.replace(decision_request, request_id=request_id, audit=decision_request.audit or audit)
 
 
 @router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,
             tags=["models"], responses={401: schemas.ERROR_RESPONSES[401]})
 async def models(request: Request) -> dict:
+    """The base model (with its aliases in `data`) and every adapter served beside it (api/http/adapters.py)."""
     svc = service(request)
     info = svc.engine.info
     name = info["name"]
     aliases = [a for a in svc.settings.engine.model_aliases if a != name]
     card = {"name": name, "description": info["description"], "release_date": info["release_date"],
             "context": int(info["context_tokens"]), "aliases": aliases, "tiny_default": bool(info["tiny_default"]),
-            "limits": info["limits"]}
-    return {"models": [card], "object": "list", "data": [{"id": n} for n in [name, *aliases]]}
+            "limits": info["limits"], "base": None, "mode": "base", "resident": True}
+    adapters = model_cards(svc.engine, card)
+    data = [{"id": n, "base": None, "mode": "base", "release_date": card["release_date"], "resident": True}
+            for n in [name, *aliases]]
+    data += [{"id": a["name"], **{k: a[k] for k in ("base", "mode", "release_date", "resident")}} for a in adapters]
+    return {"models": [card, *adapters], "object": "list", "data": data}
 
 
 @router.get("/v1/whoami", response_model=schemas.WhoAmI, tags=["identity"],

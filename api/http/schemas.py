@@ -1,7 +1,8 @@
 """Pydantic wire models: the System One shapes for the OpenAPI docs and the response models of simple routes.
 
 These describe shapes only. The validation authority is `omni.contract.request.parse_request`; the decision route never
-validates the body with these models (it must also read zstd/gzip bodies and multipart uploads).
+validates the body with these models (it must also read zstd/gzip bodies and multipart uploads). The admin adapter
+routes' small JSON bodies (`AdapterLoad`, `ShadowCandidate`) are read with theirs (a missing field: 422).
 Knows nothing of the model, the engine or the environment.
 """
 from __future__ import annotations
@@ -166,12 +167,22 @@ class ModelCard(BaseModel):
     aliases: list[str]
     tiny_default: bool = Field(description="true: the embedded tiny demo model (trained on a synthetic inspection task only; not real answers)")
     limits: dict[str, Any] = Field(description="`inputs`: per-modality and per-request limits")
+    base: str | None = Field(None, description="an adapter's base model (its served name); null for the base")
+    mode: Literal["base", "head", "lora"] | None = Field(
+        None, description="base: the checkpoint; head: an adapter with its own head only; lora: its own head and LoRA "
+                          "weights; null: the adapter's folder does not read (the description says why)")
+    resident: bool = Field(True, description="its weights are in memory now (an adapter that is not is loaded on "
+                                             "its next request)")
 
 
 class OpenAIModel(BaseModel):
     id: str
     object: Literal["model"] = "model"
     owned_by: str = "omni-decide"
+    base: str | None = Field(None, description="an adapter's base model; null for the base")
+    mode: Literal["base", "head", "lora"] | None = None
+    release_date: str | None = None
+    resident: bool = True
 
 
 class ModelList(BaseModel):
@@ -213,7 +224,8 @@ DECISION_REQUEST_BODY: dict[str, Any] = {"requestBody": {"required": True, "cont
     "multipart/form-data": {"schema": {"$ref": "#/components/schemas/MultipartRequest"}}}}}
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorBody, "description": "unknown model"},
+    400: {"model": ErrorBody, "description": "unknown model (the message names the models served), or an adapter "
+                                             "that cannot be loaded (adapter_error, naming it and the cause)"},
     401: {"model": ErrorBody, "description": "API keys are configured and the Bearer key is missing or wrong"},
     413: {"model": ErrorBody, "description": "body, media or context too large (media/context: detail[] shape)"},
     415: {"model": ErrorBody, "description": "unsupported Content-Type / Content-Encoding / media format"},
@@ -258,6 +270,63 @@ ADMIN_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "the server runs without a policy (--policy FILE)"},
     422: {"model": ErrorBody, "description": "the policy file no longer reads (the message names the key and line); "
                                              "the policy in force stays"},
+    500: ERROR_RESPONSES[500],
+}
+
+
+# ------------------------------------------------------------------------------------------------ adapters (admin)
+class AdapterLoad(BaseModel):
+    """POST /v1/admin/adapters: serve the adapter folder `path` as `name`."""
+
+    name: str = Field(description="the model name requests give; letters, digits, `.`, `_`, `-` (no `/`, no `..`)")
+    path: str = Field(description="an adapter folder ON THE SERVER (an existing directory holding adapter.json)")
+
+
+class ShadowCandidate(BaseModel):
+    """PUT /v1/admin/shadows/{live}: the served adapter that scores the live model's requests too."""
+
+    candidate: str
+
+
+class AdapterCard(BaseModel):
+    name: str
+    mode: Literal["head", "lora"] | None = None
+    base_sha256: str | None = Field(None, description="the fingerprint of the base it was trained on")
+    created: str | None = None
+    resident: bool = False
+    sha256: str | None = Field(None, description="sha256 of its files (when resident)")
+    bytes: int | None = Field(None, description="bytes resident (when resident)")
+    error: str | None = Field(None, description="why its folder does not read")
+
+
+class AdaptersServed(BaseModel):
+    adapters: list[AdapterCard]
+    stats: dict[str, int] = Field(description="served, resident, resident_lora, resident_bytes, in_flight, loads, "
+                                              "reloads, unloads, evictions, load_failures, max_resident")
+    shadows: dict[str, str] = Field(description="live model -> candidate adapter")
+    shadow_stats: dict[str, int] = Field(description="shadow scores: same_forward, own_forward, dropped, failed")
+
+
+class AdapterUnloaded(BaseModel):
+    name: str
+    unloaded: Literal[True] = True
+
+
+class ShadowPairs(BaseModel):
+    shadows: dict[str, str] = Field(description="live model -> candidate adapter, after the change")
+
+
+ADAPTER_ADMIN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "adapter_error: a bad name, a folder that is not an adapter (a missing, "
+                                             "truncated or mis-shaped file), a base whose fingerprint differs (both "
+                                             "named), a shadow candidate that is not served"},
+    401: ERROR_RESPONSES[401],
+    403: FORBIDDEN,
+    404: {"model": ErrorBody, "description": "the adapter (or shadow pair) named in the path is not served, or the "
+                                             "server serves no adapters"},
+    409: {"model": ErrorBody, "description": "the name is already served, or the adapter is in use (requests in "
+                                             "flight, a shadow pair)"},
+    422: ERROR_RESPONSES[422],
     500: ERROR_RESPONSES[500],
 }
 

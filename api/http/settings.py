@@ -2,7 +2,9 @@
 
 `Settings` holds the HTTP-edge fields plus a complete `EngineConfig`. Every scalar EngineConfig field `foo_bar` is
 `OMNI_FOO_BAR` / `--foo-bar`; MediaLimits fields are `OMNI_MEDIA_FOO_BAR` / `--media-foo-bar`; `model_path` is
-`OMNI_MODEL` / `--model`. Unknown `OMNI_*` names are reported, not ignored silently.
+`OMNI_MODEL` / `--model`. The adapters' fields have flags of their own names (`FLAG_NAMES`: `--adapters DIR`,
+`--adapter NAME=PATH`, `--shadow LIVE=CANDIDATE`); a list of pairs is a comma list of `NAME=VALUE` in its variable
+(`OMNI_ADAPTERS=a=/srv/a,b=/srv/b`). Unknown `OMNI_*` names are reported, not ignored silently.
 Knows nothing of FastAPI, uvicorn or the model; never reads the environment at import time.
 """
 from __future__ import annotations
@@ -27,6 +29,15 @@ JSON_OVERHEAD_BYTES = 8 * MiB  # state + questions on top of the base64 media a 
 
 class SettingsError(ValueError):
     """A setting has a value of the wrong type or out of range; the message names the variable or flag."""
+
+
+# settings whose flag is not `--` + the field's name (the env name still is OMNI_ + the field's name)
+FLAG_NAMES = {"adapters_dir": "--adapters", "adapters": "--adapter", "shadows": "--shadow"}
+
+
+def flag_of(key: str) -> str:
+    """The command-line flag of a setting (`max_adapters` -> `--max-adapters`, `adapters` -> `--adapter`)."""
+    return FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 @dataclass(frozen=True)
@@ -137,7 +148,7 @@ class Settings:
             elif key == "webhook_secret_file" and value is not None:
                 given["webhook_secret"] = _read_secret_file(value, "--webhook-secret-file")
             elif key in known and value is not None:
-                flag = "--" + key.replace("_", "-")
+                flag = flag_of(key)
                 if isinstance(value, list):   # a repeated flag (tuple fields): each may be a comma list too
                     given[key] = tuple(part for one in value for part in _coerce(one, known[key], flag))
                 else:
@@ -217,9 +228,9 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
     text = raw.strip()
     if optional and text.lower() in ("", "none", "null"):
         return None
+    if typing.get_origin(base) is tuple:
+        return _coerce_list(text, base, source)
     try:
-        if typing.get_origin(base) is tuple:
-            return tuple(part.strip() for part in text.split(",") if part.strip())
         if base is bool:
             if text.lower() in ("1", "true", "yes", "on"):
                 return True
@@ -233,6 +244,25 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
         return text
     except ValueError:
         raise SettingsError(f"{source}: expected {getattr(base, '__name__', base)}, got {raw!r}") from None
+
+
+def _coerce_list(text: str, hint: Any, source: str) -> tuple[Any, ...]:
+    """A comma list: of strings, or of NAME=VALUE pairs (`tuple[tuple[str, str], ...]`)."""
+    parts = tuple(part.strip() for part in text.split(",") if part.strip())
+    return tuple(_pair(part, source) for part in parts) if _of_pairs(hint) else parts
+
+
+def _of_pairs(hint: Any) -> bool:
+    """`tuple[tuple[str, str], ...]`: a list of NAME=VALUE pairs."""
+    return any(typing.get_origin(arg) is tuple for arg in typing.get_args(hint))
+
+
+def _pair(text: str, source: str) -> tuple[str, str]:
+    """"NAME=VALUE" -> (NAME, VALUE); SettingsError naming the flag or variable otherwise."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise SettingsError(f"{source}: expected NAME=VALUE, got {text!r}")
+    return name.strip(), value.strip()
 
 
 def _read_keys_file(path: str, source: str) -> tuple[str, ...]:
@@ -278,6 +308,7 @@ def _check(s: Settings) -> None:
     _check_decision_log(s)
     _check_policy(s)
     _check_cluster(s)
+    _check_adapters(s)
 
 
 def _check_api_keys(entries: tuple[str, ...]) -> None:
@@ -420,3 +451,18 @@ def _check_cluster(s: Settings) -> None:
             raise SettingsError(f"{name} must be >= 0, got {getattr(s, name)}")
     if s.replica_gpus is not None and s.replica_gpus < 0:
         raise SettingsError(f"replica_gpus must be >= 0, got {s.replica_gpus}")
+
+
+def _check_adapters(s: Settings) -> None:
+    """The adapters' folders are there (a typo is a clear error at start); a name given twice is refused. What is in
+    a folder (its files, its base) is checked when the model loads it."""
+    engine = s.engine
+    if engine.adapters_dir is not None and not Path(engine.adapters_dir).is_dir():
+        raise SettingsError(f"adapters_dir (--adapters): {engine.adapters_dir!r} is not a directory")
+    seen: set[str] = set()
+    for name, path in engine.adapters:
+        if name in seen:
+            raise SettingsError(f"adapters (--adapter): the name {name!r} is given twice")
+        seen.add(name)
+        if not Path(path).is_dir():
+            raise SettingsError(f"adapters (--adapter {name}=PATH): {path!r} is not a directory")

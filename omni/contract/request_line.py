@@ -8,6 +8,7 @@ HTTP; the request rules are `omni.contract.request.parse_request`'s.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,9 @@ def read_request_line(text: str | bytes, root: Path) -> RequestLine:
     return RequestLine(stripped, tuple(parts), tuple(files))
 
 
-def parse_request_line(text: str | bytes, root: Path, config: EngineConfig) -> DecisionRequest:
-    """A line as `read_request_line` reads it → the validated request; InvalidRequest (or a MediaError) otherwise."""
+def parse_request_line(text: str | bytes, root: Path, config: EngineConfig,
+                       adapters: Sequence[str] = ()) -> DecisionRequest:
+    """A line as `read_request_line` reads it → the validated request; InvalidRequest (or a MediaError) otherwise.
+    `adapters`: the adapters served besides the base (a line's `model` may name one)."""
     line = read_request_line(text, root)
-    return parse_request(line.body, config, line.parts)
+    return parse_request(line.body, config, line.parts, adapters)
