@@ -6,7 +6,8 @@ loads one only when Ray's multiplexed loader asks for it (the first request for 
 `AdapterRegistry` then serves exactly the adapters resident on this replica, plus the adapters of shadow pairs, which
 are registered at start on every replica (a pair needs both sides) and never evicted by Ray. `ResidentAdapter` is the
 object the loader hands Ray: when Ray's LRU evicts the model id it calls the object's `__del__`, which unloads the
-adapter from the registry unless requests still hold it (then it stays, and the registry's own LRU bound applies).
+adapter from the registry unless requests still hold it (then it goes when the last of them releases it). Loading one
+more while every resident adapter is held waits for a release (the registry's bound, `max_adapters`, is never passed).
 `ServedModels` is what the gateway learns from a replica: the base's names and every adapter's.
 Knows nothing of HTTP or of Ray itself (the deployment in `deployments.py` wires the loader); the base model is always
 resident and never passes through here.
@@ -68,10 +69,13 @@ class ReplicaAdapters:
         self.table = dict(table)
         self.served = ServedModels(base, tuple(sorted(self.table)))
         self._lock = threading.Lock()            # one residency change at a time (Ray loads one model at a time too)
+        self._wanted: set[str] = set()           # the adapters Ray holds as loaded here
+        self._pinned: set[str] = set()           # shadow pairs' adapters: resident for the replica's lifetime
         for live, candidate in shadows:          # both sides of a pair on every replica, for the pair's lifetime
             for name in (live, candidate):
                 if not self._registry().is_base(name) and name not in self._registry():
                     self._registry().register(name, self._path(name))
+                    self._pinned.add(name)
             self._registry().set_shadow(live, candidate)
 
     def _registry(self) -> AdapterRegistry:
@@ -86,9 +90,11 @@ class ReplicaAdapters:
         return path
 
     def make_resident(self, name: str) -> None:
-        """Register and load `name` in this replica's engine (blocking: weights go in under the model lock)."""
+        """Register and load `name` in this replica's engine (blocking: weights go in under the model lock).
+        Overloaded while every resident adapter is held (the caller waits and tries again)."""
         registry, path = self._registry(), self._path(name)
         with self._lock:
+            self._wanted.add(name)
             if name in registry:             # still here (held when Ray last evicted it, or a shadow pair's)
                 registry.release(registry.acquire(name))       # loads it again if the registry's LRU evicted it
             else:
@@ -103,14 +109,22 @@ class ReplicaAdapters:
         return registry.acquire(name)
 
     def release(self, adapter: Adapter) -> None:
+        """End one request's hold; an adapter Ray evicted while it was held goes now, when nothing else holds it."""
         self._registry().release(adapter)
+        if adapter.name not in self._wanted:
+            self._unload(adapter.name)
 
     def evict(self, name: str) -> bool:
-        """Unload `name` from this replica's engine unless requests hold it or a shadow pair names it; True if it
-        went."""
+        """Ray evicted `name`: unload it from this replica's engine unless requests hold it (then the last release
+        does) or a shadow pair names it; True if it went."""
+        with self._lock:
+            self._wanted.discard(name)
+        return self._unload(name)
+
+    def _unload(self, name: str) -> bool:
         registry = self._registry()
         with self._lock:
-            if name not in registry:
+            if name not in registry or name in self._pinned or name in self._wanted or registry.held(name):
                 return False
             try:
                 registry.unload(name)
@@ -121,6 +135,8 @@ class ReplicaAdapters:
         return True
 
     def resident(self) -> tuple[str, ...]:
+        """The adapters registered in this replica's engine: Ray's loaded set, shadow pairs', and any Ray evicted
+        that a request still holds."""
         return tuple(self.registry.names()) if self.registry is not None else ()
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ log = logging.getLogger("omni.cluster")
 APP_NAME = "omni"
 ENGINE = "OmniEngine"
 GATEWAY = "OmniGateway"
+LOAD_RETRY_S = 0.05     # an adapter's load waits this long between tries while every resident adapter is held
 
 
 class OmniEngine:
@@ -61,8 +63,14 @@ class OmniEngine:
         self._engine = DecisionEngine(replica_config(config)).start()   # blocking: no traffic before it is warm
         self._adapters = ReplicaAdapters(self._engine.adapters, table, self._engine.selector.base_names,
                                          config.shadows)
-        # Ray's multiplexed loader, bound here because its bound on models per replica is a setting
-        self._resident = serve.multiplexed(max_num_models_per_replica=config.max_adapters)(self._load_adapter)
+        # Ray's multiplexed loader, made here because its bound on models per replica is a setting (a plain
+        # function: Ray keeps its model cache as an attribute of what it wraps, which a bound method cannot take)
+        self._load_wait_s = config.request_timeout_s
+
+        async def load_adapter(name: str) -> ResidentAdapter:
+            return await self._load_adapter(name)
+
+        self._resident = serve.multiplexed(max_num_models_per_replica=config.max_adapters)(load_adapter)
         try:
             self._replica = serve.get_replica_context().replica_id.unique_id
         except RayServeException:   # constructed outside a replica (tests of the class itself)
@@ -70,8 +78,17 @@ class OmniEngine:
         log.info("engine replica %s ready (pid %d)", self._replica, os.getpid())
 
     async def _load_adapter(self, name: str) -> ResidentAdapter:
-        await asyncio.to_thread(self._adapters.make_resident, name)
-        return ResidentAdapter(self._adapters, name)
+        """Ray's multiplexed loader: `name` resident in this replica's engine. While every resident adapter is held
+        by requests (Ray evicted one that is still in use) it waits for a release, up to the request timeout."""
+        deadline = time.monotonic() + self._load_wait_s
+        while True:
+            try:
+                await asyncio.to_thread(self._adapters.make_resident, name)
+                return ResidentAdapter(self._adapters, name)
+            except Overloaded:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(LOAD_RETRY_S)
 
     async def decide(self, request: DecisionRequest, deadline_s: float | None,
                      affinity: str | None = None) -> ReplicaAnswer:
