@@ -33,6 +33,6 @@ class CacheAffinityRouter(MultiplexMixin, RequestRouter):
         model_id = pending_request.metadata.multiplexed_model_id if pending_request is not None else ""
         if not model_id:
             return groups
-        order = {replica.replica_id: i for i, replica in enumerate(r for group in groups for r in group)}
+        order = {replica.replica_id.unique_id: i for i, replica in enumerate(r for group in groups for r in group)}
         tiers = self.rank_replicas_via_multiplex(candidate_replicas, model_id)
-        return [sorted(tier, key=lambda r: order.get(r.replica_id, len(order))) for tier in tiers if tier]
+        return [sorted(tier, key=lambda r: order.get(r.replica_id.unique_id, len(order))) for tier in tiers if tier]
