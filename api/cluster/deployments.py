@@ -5,6 +5,11 @@
   whose model fails to load is retried `replica_load_retries` times, then the deployment is reported failed (Ray's
   `max_constructor_retry_count`). Scale-down and shutdown drain: Ray stops routing to a stopping replica and waits
   up to the drain timeout for its calls in flight, then the engine stops with drain.
+- Adapters (`--adapters`, `--adapter`) ride on Ray Serve's model multiplexing: the gateway sends a request whose
+  `model` names an adapter with `multiplexed_model_id=<name>`, Ray routes it to a replica where that adapter is
+  resident (else to the one with fewest), and the replica's `@serve.multiplexed` loader (at most `max_adapters` per
+  replica, LRU) makes it resident in that replica's engine first; Ray's eviction unloads it there
+  (`api.cluster.adapters`). The base model is resident everywhere; its requests carry no model id.
 - `OmniGateway` builds the app at replica start (`__serve_build_asgi_app__`) with a `RemoteEngine` in place of the
   local engine: every route, auth rule, limit, error shape, header and metric is `omni serve`'s own code.
 - `application(settings)` binds both from one `Settings`; `build_app(args)` is the builder that `serve deploy`
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +29,12 @@ from ray import serve
 from ray.serve.config import RequestRouterConfig
 from ray.serve.exceptions import RayServeException
 
+from api.cluster.adapters import ReplicaAdapters, ResidentAdapter, ServedModels, adapter_table, replica_config
 from api.cluster.remote import RemoteEngine, ReplicaAnswer, ReplicaSnapshot
 from api.cluster.router import CacheAffinityRouter
 from api.http.settings import Settings
 from omni.contract.config import EngineConfig
-from omni.contract.errors import MediaError, OmniError
+from omni.contract.errors import AdapterError, MediaError, OmniError, Overloaded
 from omni.contract.types import DecisionRequest
 from omni.serve.surface import ModelCard
 
@@ -36,12 +43,14 @@ if TYPE_CHECKING:
     from ray.serve import Application
     from ray.serve.handle import DeploymentHandle
 
+    from omni.model.adapters import Adapter
     from omni.serve.engine import DecisionEngine
 
 log = logging.getLogger("omni.cluster")
 APP_NAME = "omni"
 ENGINE = "OmniEngine"
 GATEWAY = "OmniGateway"
+LOAD_RETRY_S = 0.05     # an adapter's load waits this long between tries while every resident adapter is held
 
 
 class OmniEngine:
@@ -50,16 +59,64 @@ class OmniEngine:
     def __init__(self, config: EngineConfig):
         from omni.serve.engine import DecisionEngine  # lazily: the gateway's process never loads torch
 
-        self._engine = DecisionEngine(config).start()      # blocking: no traffic before the model is warm
+        table = adapter_table(config)
+        self._engine = DecisionEngine(replica_config(config)).start()   # blocking: no traffic before it is warm
+        self._adapters = ReplicaAdapters(self._engine.adapters, table, self._engine.selector.base_names,
+                                         config.shadows)
+        # Ray's multiplexed loader, made here because its bound on models per replica is a setting (a plain
+        # function: Ray keeps its model cache as an attribute of what it wraps, which a bound method cannot take)
+        self._load_wait_s = config.request_timeout_s
+
+        async def load_adapter(name: str) -> ResidentAdapter:
+            return await self._load_adapter(name)
+
+        self._resident = serve.multiplexed(max_num_models_per_replica=config.max_adapters)(load_adapter)
         try:
             self._replica = serve.get_replica_context().replica_id.unique_id
         except RayServeException:   # constructed outside a replica (tests of the class itself)
             self._replica = f"local-{os.getpid()}"
         log.info("engine replica %s ready (pid %d)", self._replica, os.getpid())
 
+    async def _load_adapter(self, name: str) -> ResidentAdapter:
+        """Ray's multiplexed loader: `name` resident in this replica's engine. While every resident adapter is held
+        by requests (Ray evicted one that is still in use) it waits for a release, up to the request timeout."""
+        deadline = time.monotonic() + self._load_wait_s
+        while True:
+            try:
+                await asyncio.to_thread(self._adapters.make_resident, name)
+                return ResidentAdapter(self._adapters, name)
+            except Overloaded:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(LOAD_RETRY_S)
+
     async def decide(self, request: DecisionRequest, deadline_s: float | None,
                      affinity: str | None = None) -> ReplicaAnswer:
-        """The engine's answer or its typed error (both sent back whole), with this replica's counters."""
+        """The engine's answer or its typed error (both sent back whole), with this replica's counters. A request
+        for an adapter first makes it resident here (Ray's multiplexed loader) and holds it to its end."""
+        try:
+            held = await self._hold(request)
+        except (OmniError, MediaError) as exc:
+            return ReplicaAnswer(None, exc, self._snapshot())
+        try:
+            return await self._answer(request, deadline_s)
+        finally:
+            if held is not None:
+                self._adapters.release(held)
+
+    async def _hold(self, request: DecisionRequest) -> Adapter | None:
+        name = self._adapters.served.adapter_of(request.model)
+        if name is None:
+            return None
+        for _attempt in range(3):        # evicted between the loader and the hold by another adapter's load: again
+            await self._resident(name)
+            try:
+                return self._adapters.hold(name)
+            except AdapterError:
+                continue
+        raise Overloaded(f"adapter {name!r} was evicted from this replica three times while loading", retry_after_s=1.0)
+
+    async def _answer(self, request: DecisionRequest, deadline_s: float | None) -> ReplicaAnswer:
         try:
             future = self._engine.submit(request, deadline_s=deadline_s)
         except (OmniError, MediaError) as exc:
@@ -73,6 +130,10 @@ class OmniEngine:
     def info(self) -> ModelCard:
         return self._engine.info
 
+    def served_models(self) -> ServedModels:
+        """The base's names and every adapter the deployment serves (resident here or not)."""
+        return self._adapters.served
+
     def replica_pid(self) -> tuple[str, int]:
         return self._replica, os.getpid()
 
@@ -82,7 +143,9 @@ class OmniEngine:
 
     def _snapshot(self) -> ReplicaSnapshot:
         engine = self._engine
-        return ReplicaSnapshot(self._replica, engine.cache_stats(), engine.batcher_stats(), engine.long_prefills())
+        return ReplicaSnapshot(self._replica, engine.cache_stats(), engine.batcher_stats(), engine.long_prefills(),
+                               multiplexed_model_id=serve.get_multiplexed_model_id(),
+                               adapters=self._adapters.resident())
 
     def __del__(self) -> None:
         engine: DecisionEngine | None = self.__dict__.get("_engine")    # absent when the constructor failed

@@ -4,7 +4,10 @@ deployment through a deployment handle; the HTTP app uses it exactly as the loca
 `submit(request, deadline_s)` returns an asyncio task (the route awaits it like the local engine's future and
 cancels it at the deadline, which cancels the call on the replica); `decide` / `decide_batch` block on the same calls
 (from a thread that runs no event loop: a batch's requests are sent at once, each to its own replica). Each call carries the request's affinity key
-(`api.cluster.affinity`) for `CacheAffinityRouter`. Each answer comes back as a `ReplicaAnswer`: the decision or
+(`api.cluster.affinity`) for `CacheAffinityRouter`; a request whose `model` names an adapter is sent with
+`multiplexed_model_id=<adapter>` (Ray Serve's model multiplexing: it goes to a replica where that adapter is resident),
+a base request without one; a `model` the deployment does not serve is UnknownModel here, naming every model served
+(`model_names()`: the base's names and the adapters', learned from a replica at `load`). Each answer comes back as a `ReplicaAnswer`: the decision or
 the typed error the engine raised (pickled whole: the HTTP error table maps it exactly as for `omni serve`), plus a
 snapshot of that replica's counters. `/metrics` shows their sums: counters over every replica heard from, gauges
 (queue depth, cache bytes and entries, long prefills in flight) over the replicas heard from in the last minute.
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from typing_extensions import Self
 
+from api.cluster.adapters import ServedModels
 from api.cluster.affinity import affinity_key
 from omni.contract.errors import InferenceFailed, NotReady, Overloaded
 from omni.contract.types import Decision, DecisionRequest
@@ -50,6 +54,8 @@ class ReplicaSnapshot:
     batcher: BatcherStats | None = None
     long_prefills: LongPrefillStats = field(default_factory=lambda: LongPrefillStats(in_flight=0, refused=0))
     at: float = 0.0                       # the gateway's time.monotonic() when it arrived
+    multiplexed_model_id: str = ""        # the model id Ray routed the call by ("" for the base)
+    adapters: tuple[str, ...] = ()        # the adapters resident on that replica after the call
 
 
 @dataclass
@@ -71,6 +77,8 @@ class RemoteEngine:
         self._load_poll_s = load_poll_s
         self._settled = settled
         self._info: ModelCard | None = None
+        self._served: ServedModels | None = None
+        self._routes: dict[str, DeploymentHandle] = {}     # adapter -> the handle that sends its multiplexed id
         self._ready = False
         self._lock = threading.Lock()
         self._snapshots: dict[str, ReplicaSnapshot] = {}
@@ -85,6 +93,8 @@ class RemoteEngine:
                 self._info = self._handle.info.remote().result(timeout_s=self._load_poll_s)
             except TimeoutError:
                 log.info("waiting for an engine replica to finish loading")
+        if self._served is None:
+            self._served = self._handle.served_models.remote().result(timeout_s=60)
         while self._settled is not None and not self._settled():
             time.sleep(0.2)
         return self
@@ -112,11 +122,18 @@ class RemoteEngine:
             raise NotReady("no engine replica has finished loading")
         return self._info
 
+    def model_names(self) -> list[str]:
+        """Every name a request may give as `model`: the base's, then the adapters' (every replica serves them all)."""
+        if self._served is None:
+            return [self.info["name"]]
+        return self._served.names()
+
     # ------------------------------------------------------------------------------------------------ deciding
     def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> asyncio.Task[Decision]:
         """On the event loop: a task that ends with the Decision or the engine's typed error."""
         if not self._ready:
             raise NotReady("no engine replica has finished loading")
+        self._route(request)                 # an unknown model: at once, as the local engine
         return asyncio.ensure_future(self._call(request, deadline_s))
 
     def decide(self, request: DecisionRequest) -> Decision:
@@ -147,9 +164,10 @@ class RemoteEngine:
         from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
 
         key = affinity_key(request)
+        handle = self._route(request)
         for attempt in (1, 2):
             try:
-                answer: ReplicaAnswer = await self._handle.decide.remote(request, deadline_s, affinity=key)
+                answer: ReplicaAnswer = await handle.decide.remote(request, deadline_s, affinity=key)
                 break
             except BackPressureError:
                 raise Overloaded("every engine replica's queue is full", retry_after_s=1.0) from None
@@ -166,6 +184,17 @@ class RemoteEngine:
         if answer.decision is None:            # a replica sends one or the other
             raise InferenceFailed("an engine replica sent neither a decision nor an error")
         return answer.decision
+
+    def _route(self, request: DecisionRequest) -> DeploymentHandle:
+        """The handle for a request: with its adapter as the multiplexed model id, or the plain one for the base.
+        UnknownModel when the deployment does not serve its `model` (before a replica learnt them: the replica says)."""
+        adapter = self._served.adapter_of(request.model) if self._served is not None else None
+        if adapter is None:
+            return self._handle
+        handle = self._routes.get(adapter)
+        if handle is None:
+            handle = self._routes[adapter] = self._handle.options(multiplexed_model_id=adapter)
+        return handle
 
     # ------------------------------------------------------------------------------------------------ metrics
     def _remember(self, snapshot: ReplicaSnapshot) -> None:

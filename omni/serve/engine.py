@@ -168,6 +168,10 @@ class DecisionEngine(Generic[RecordT]):
                                       "audio_seconds": media.max_audio_seconds, "videos": media.max_videos,
                                       "video_bytes": media.max_video_bytes, "video_seconds": media.max_video_seconds}}}
 
+    def model_names(self) -> list[str]:
+        """Every name a request's `model` may give: the base's, then the served adapters'."""
+        return self.selector.model_names()
+
     # ------------------------------------------------------------------------------------------------ deciding
     def _run(self, records: list[RecordT]) -> list[Decision | Requeue]:
         """Model thread: one turn for the batch, then answers. A record whose long prefix is prefilled in chunks gets

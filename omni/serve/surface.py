@@ -6,7 +6,8 @@ by it; mypy checks both classes against it, and `tests/conformance/serving_engin
 against both (the local engine in the unit tests, the remote one in the cluster tests).
 
     readiness   loaded / ready; load() (blocking), start() (the serving path), stop(drain)
-    model card  info: what /v1/models shows (name, description, release date, context, limits)
+    model card  info: what /v1/models shows (name, description, release date, context, limits);
+                model_names: every name a request's `model` may give (the base's, then the adapters')
     deciding    submit (the serving path: a future, awaited by the route), decide, decide_batch (synchronous)
     metrics     cache_stats, batcher_stats, long_prefills (counters; the remote engine sums its replicas')
 
@@ -88,6 +89,10 @@ class ServingEngine(Protocol):
     @property
     def info(self) -> ModelCard:
         """The model card; NotReady until a model is in."""
+        ...
+
+    def model_names(self) -> list[str]:
+        """Every name a request's `model` may give: the base's served name and aliases, then the adapters'."""
         ...
 
     def submit(self, request: DecisionRequest,

@@ -3,6 +3,7 @@ same builder as `omni serve --ray`; settings for replicas and autoscaling are ch
 replica wrappers by cache affinity (Ray's request-router interface, no Ray instance)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -68,6 +69,9 @@ def replica(rid: str, max_ongoing: int = 32):
     return SimpleNamespace(replica_id=SimpleNamespace(unique_id=rid), max_ongoing_requests=max_ongoing)
 
 
+NO_MODEL_ID = SimpleNamespace(multiplexed_model_id="")      # a base request: no adapter, no multiplexed model id
+
+
 def router(queue_lengths: dict[str, int | None], slack: int = 8) -> CacheAffinityRouter:
     chosen = CacheAffinityRouter.__new__(CacheAffinityRouter)      # the ranking needs no running Serve
     chosen._replica_queue_len_cache = SimpleNamespace(get=lambda rid: queue_lengths.get(rid.unique_id))
@@ -79,11 +83,32 @@ def test_the_router_ranks_the_home_replica_first_and_gives_way_when_it_is_busy()
     replicas = [replica("a"), replica("b"), replica("c")]
     key = "f" * 64
     home = home_replica(key, ["a", "b", "c"])
-    pending = SimpleNamespace(kwargs={"affinity": key})
+    pending = SimpleNamespace(kwargs={"affinity": key}, metadata=NO_MODEL_ID)
     ranked = run_async(router({"a": 0, "b": 0, "c": 0}).choose_replicas(replicas, pending))
     assert [r.replica_id.unique_id for r in ranked[0]] == [home]
     busy = {"a": 0, "b": 0, "c": 0, home: 20}
     ranked = run_async(router(busy).choose_replicas(replicas, pending))
     assert len(ranked) == 1 and ranked[0][-1].replica_id.unique_id == home
-    unkeyed = run_async(router({"a": 3, "b": 1, "c": 2}).choose_replicas(replicas, SimpleNamespace(kwargs={})))
+    unkeyed = run_async(router({"a": 3, "b": 1, "c": 2}).choose_replicas(replicas, SimpleNamespace(kwargs={}, metadata=NO_MODEL_ID)))
     assert [r.replica_id.unique_id for r in unkeyed[0]] == ["b", "c", "a"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReplicaId:
+    unique_id: str
+
+
+def test_a_call_for_an_adapter_goes_where_it_is_resident_first_then_to_the_emptiest_by_affinity():
+    resident = {"a": {"l1"}, "b": set(), "c": {"h1"}}
+    replicas = [SimpleNamespace(replica_id=_ReplicaId(rid), max_ongoing_requests=32, multiplexed_model_ids=models)
+                for rid, models in resident.items()]
+    chosen = router({"a": 0, "b": 0, "c": 0})
+    chosen._replicas = {r.replica_id: r for r in replicas}
+    chosen._multiplexed_model_id_to_replica_ids = {"h1": {_ReplicaId("c")}, "l1": {_ReplicaId("a")}}
+    key = "f" * 64
+    for model_id, first in (("h1", "c"), ("l1", "a")):
+        pending = SimpleNamespace(kwargs={"affinity": key}, metadata=SimpleNamespace(multiplexed_model_id=model_id))
+        ranked = run_async(chosen.choose_replicas(replicas, pending))
+        assert [[r.replica_id.unique_id for r in tier] for tier in ranked] == [[first], ["b"], [{"a": "c", "c": "a"}[first]]]
+    fresh = SimpleNamespace(kwargs={"affinity": key}, metadata=SimpleNamespace(multiplexed_model_id="l2"))
+    assert [r.replica_id.unique_id for r in run_async(chosen.choose_replicas(replicas, fresh))[0]] == ["b"]

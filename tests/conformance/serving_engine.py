@@ -10,6 +10,7 @@ other runs. Engine-agnostic on purpose: answers are checked for their shape and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from typing import TypeVar
 import pytest
 from typing_extensions import get_protocol_members
 
-from omni.contract.errors import NotReady
+from omni.contract.errors import NotReady, UnknownModel
 from omni.contract.types import Decision, DecisionRequest, Option, Question
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
@@ -33,8 +34,8 @@ QUESTIONS = (Question("ok", "noul", YES_NO, instructions="Is it fine?"),
              Question("level", "score", (Option("0", "low"), Option("1", "mid"), Option("2", "high"))))
 # bytes that sniff as PNG and do not decode: the real decoder fails on them, and so does the fake's (the suffix)
 CORRUPT_PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24 + b"CORRUPT"
-EXERCISED = {"loaded", "ready", "load", "start", "stop", "info", "submit", "decide", "decide_batch", "cache_stats",
-             "batcher_stats", "long_prefills"}
+EXERCISED = {"loaded", "ready", "load", "start", "stop", "info", "model_names", "submit", "decide", "decide_batch",
+             "cache_stats", "batcher_stats", "long_prefills"}
 
 
 def request(state: str = "The fan rattles.", media: tuple[MediaItem, ...] = ()) -> DecisionRequest:
@@ -99,6 +100,14 @@ def test_info_is_the_model_card(engine):
     assert card["context_tokens"] > 0 and card["release_date"]
     assert set(card["limits"]["inputs"]) == set(InputLimits.__annotations__)
     assert all(value > 0 for value in card["limits"]["inputs"].values())
+
+
+def test_model_names_lead_with_the_card_name_and_an_unknown_model_is_refused_naming_them(engine):
+    names = engine.model_names()
+    assert names[0] == engine.info["name"] and len(set(names)) == len(names)
+    with pytest.raises(UnknownModel) as refused:
+        submitted(engine, dataclasses.replace(request(), model="no-such-model"))
+    assert refused.value.requested == "no-such-model" and refused.value.served == tuple(names)
 
 
 def test_decide_answers_every_question(engine):
