@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from api.http import schemas
 from api.http.dependencies import ServiceState, require_role, service
+from omni.contract.config import EngineConfig
 from omni.contract.errors import AdapterError, NotReady
 from omni.serve.surface import ServingEngine
 
@@ -47,18 +48,23 @@ def selector_of(engine: ServingEngine) -> Selector | None:
     return cast("Selector | None", getattr(engine, "selector", None))
 
 
-def adapter_names(engine: ServingEngine) -> tuple[str, ...]:
-    """The adapters a request's `model` may name (none without a registry)."""
-    registry = registry_of(engine)
-    return tuple(registry.names()) if registry is not None else ()
+def adapter_names(engine: ServingEngine, config: EngineConfig) -> tuple[str, ...]:
+    """The adapters a request's `model` may name: the engine's model names (in-process or on Ray replicas) less the
+    base's served name and aliases (`config`)."""
+    base = {config.served_name, *config.model_aliases}
+    return tuple(n for n in engine.model_names() if n not in base) if engine.loaded else ()
 
 
-def model_cards(engine: ServingEngine, base: dict[str, Any]) -> list[dict[str, Any]]:
+def model_cards(engine: ServingEngine, config: EngineConfig, base: dict[str, Any]) -> list[dict[str, Any]]:
     """/v1/models' entries of the adapters served beside `base` (the base's card): each its name, the base's name,
-    mode, `release_date` (the day it was created), whether it is resident, and the base's context and limits."""
+    mode, `release_date` (the day it was created), whether it is resident, and the base's context and limits (on
+    Ray, where the gateway holds no registry, by name only)."""
     registry = registry_of(engine)
-    if registry is None:
-        return []
+    if registry is None:        # on Ray: the replicas' adapters, by name (each loaded where Ray routes it)
+        return [{"name": name, "base": base["name"], "mode": None, "resident": False, "release_date": "",
+                 "description": f"adapter of {base['name']}", "context": base["context"], "aliases": [],
+                 "tiny_default": base["tiny_default"], "limits": base["limits"]}
+                for name in adapter_names(engine, config)]
     cards = []
     for card in registry.cards():
         mode = card.get("mode")

@@ -44,7 +44,8 @@ router = APIRouter()
 async def run(request: Request, account_id: str, model_name: str) -> Response:
     if model_name not in MODELS:
         raise NoRoute(f"no route for @cf/cloudflare/{model_name}: this server runs {' and '.join(MODELS)}")
-    adapters = adapter_names(service(request).engine)
+    svc = service(request)
+    adapters = adapter_names(svc.engine, svc.settings.engine)
     decision, server_timing = await decide(request, adapt_body=lambda body: route_model(body, model_name, adapters))
     wire = decision.to_wire()
     return JSONResponse({"result": wire, "success": True, "errors": [], "messages": []},

@@ -71,6 +71,18 @@ class ServiceState:
         """The policy a decision is taken under: read once per decision, so it sees one policy whole."""
         return self.policy.current if self.policy is not None else None
 
+    def policy_for(self, model: str) -> Policy | None:
+        """The policy a decision answered by `model` is taken under: the one bound to that adapter (its folder's
+        policy.toml), else the server's when it governs that model (unbound, or bound to it), else none."""
+        registry = getattr(self.engine, "adapters", None)
+        bound = registry.policy_of(model) if registry is not None else None
+        if bound is not None:
+            return bound
+        policy = self.current_policy()
+        engine = self.settings.engine
+        return policy if policy is not None and policy.governs(model, (engine.served_name,
+                                                                      *engine.model_aliases)) else None
+
     def reload_policy(self) -> Policy | None:
         """Read the policy file again (SIGHUP, the admin route); PolicyError keeps the current one. None: no policy."""
         if self.policy is None:

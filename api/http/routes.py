@@ -77,7 +77,8 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
     svc, decision_request = service(request), request.state.decision_request
     audit = decision.audit.to_wire() if decision.audit is not None else None
     if svc.decision_log is not None and audit is not None:   # with a shadow candidate: once it has scored
-        log_decision(svc.decision_log, decision_request, decision, wire, audit, getattr(request.state, "policy", None))
+        log_decision(svc.decision_log, decision_request, decision, wire, audit,
+                     getattr(request.state, "policy_for", lambda _model: None))
     outcome = decision.outcome
     if svc.webhooks is not None and outcome is not None and outcome.overall in svc.settings.webhook_on:
         svc.webhooks.offer(webhook_payload(decision, wire, audit, decision_request.request_id),
@@ -152,7 +153,8 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
         raise DeadlineExceeded(f"no answer within {svc.settings.engine.request_timeout_s:g} s") from None
     finally:
         svc.metrics.inflight.dec()
-    policy = request.state.policy = svc.current_policy()     # a shadow candidate's outcome: the same policy
+    policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
+    request.state.policy_for = svc.policy_for        # a shadow candidate's outcome: under its own in turn
     decision = with_outcome(decision, decision_request, policy)
     svc.metrics.observe_decision(decision)
     if decision.outcome is not None and policy is not None:
@@ -190,7 +192,7 @@ def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id:
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
     wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
     body = wire.body if adapt_body is None else adapt_body(wire.body)
-    decision_request = parse_request(body, svc.settings.engine, wire.parts, adapters=adapter_names(svc.engine))
+    decision_request = parse_request(body, svc.settings.engine, wire.parts, adapters=adapter_names(svc.engine, svc.settings.engine))
     return dataclasses.replace(decision_request, request_id=request_id, audit=decision_request.audit or audit)
 
 
@@ -205,7 +207,7 @@ async def models(request: Request) -> dict:
     card = {"name": name, "description": info["description"], "release_date": info["release_date"],
             "context": int(info["context_tokens"]), "aliases": aliases, "tiny_default": bool(info["tiny_default"]),
             "limits": info["limits"], "base": None, "mode": "base", "resident": True}
-    adapters = model_cards(svc.engine, card)
+    adapters = model_cards(svc.engine, svc.settings.engine, card)
     data = [{"id": n, "base": None, "mode": "base", "release_date": card["release_date"], "resident": True}
             for n in [name, *aliases]]
     data += [{"id": a["name"], **{k: a[k] for k in ("base", "mode", "release_date", "resident")}} for a in adapters]

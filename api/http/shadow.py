@@ -9,6 +9,7 @@ leaves the line without a block. Knows nothing of the model, the engine's intern
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -37,9 +38,11 @@ def candidate_outcome(score: ShadowScore, request: DecisionRequest, policy: Poli
 
 
 def log_decision(decision_log: DecisionLog, request: DecisionRequest, decision: Decision, wire: JSONObject,
-                 audit: JSONObject, policy: Policy | None) -> None:
+                 audit: JSONObject, policy_for: Callable[[str], Policy | None]) -> None:
     """Append the decision to the log: at once without a shadow candidate; with one, when its score resolves (with
-    the block, or without it when the score was dropped or failed). Never raises, never waits."""
+    the block, or without it when the score was dropped or failed). The candidate's outcome is taken under the
+    policy that governs it (`policy_for(candidate)`: its own bound one, else the server's). Never raises, never
+    waits."""
     assert decision.audit is not None
     decided_at = decision.audit.decided_at
 
@@ -57,7 +60,7 @@ def log_decision(decision_log: DecisionLog, request: DecisionRequest, decision: 
         try:
             score = future.result() if not future.cancelled() else None
             if score is not None:
-                block = shadow_block(score, candidate_outcome(score, request, policy))
+                block = shadow_block(score, candidate_outcome(score, request, policy_for(score.model)))
         except Exception:   # the live decision is logged all the same
             log.warning("request %s: the shadow score could not be logged", request.request_id, exc_info=True)
         append(block)

@@ -142,7 +142,7 @@ def served_model(name: str | None, config: EngineConfig, adapters: Sequence[str]
         return config.served_name
     if name in adapters:
         return name
-    raise UnknownModel(name, (*accepted, *adapters))
+    raise UnknownModel(name, tuple(dict.fromkeys((*accepted, *adapters))))
 
 
 def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] = (),

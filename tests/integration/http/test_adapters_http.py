@@ -224,3 +224,26 @@ def test_a_shadow_pair_set_by_admin_logs_the_candidates_score(app):
     assert record["response"]["model"] == "clef-omni"
     assert shadow["answers"] == alone["answers"]           # the candidate's answers, as it answers alone
     assert set(shadow["probabilities"]) == set(QUESTIONS)
+
+
+def test_policies_bound_to_adapters_govern_their_decisions_only(tiny_dir, folders, tmp_path):
+    """The server's policy bound to `alpha` gives alpha's decisions an outcome and the base's none; an adapter whose
+    folder holds its own policy.toml answers under that one."""
+    own = shutil.copytree(folders["served"] / "beta", tmp_path / "adapters" / "beta")
+    (own / "policy.toml").write_text('version = "beta own"\n[default]\nauto_at = 0.01\n')
+    shutil.copytree(folders["served"] / "alpha", tmp_path / "adapters" / "alpha")
+    policy = tmp_path / "server.toml"
+    policy.write_text('version = "for alpha"\nmodel = "alpha"\n[default]\nauto_at = 0.99\n')
+    settings = Settings().with_values({"model": str(tiny_dir), "adapters_dir": str(tmp_path / "adapters"),
+                                       "policy": str(policy)})
+    with TestClient(create_app(settings, DecisionEngine(settings.engine))) as client:
+        wait_ready(client, seconds=120)
+        outcomes = {}
+        for model in (None, "alpha", "beta"):
+            response = client.post("/v1/systemone", json=body(model))
+            assert response.status_code == 200, response.text
+            outcomes[model] = response.json().get("x_outcome")
+    assert outcomes[None] is None                                          # the server's policy is alpha's
+    assert outcomes["alpha"]["policy"]["version"] == "for alpha"
+    assert outcomes["alpha"]["overall"] == "review"                       # 0.99 is out of the tiny model's reach
+    assert outcomes["beta"]["policy"]["version"] == "beta own" and outcomes["beta"]["overall"] != "review"
