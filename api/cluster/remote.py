@@ -40,6 +40,8 @@ from omni.serve.surface import LongPrefillStats, ModelCard
 if TYPE_CHECKING:
     from ray.serve.handle import DeploymentHandle
 
+    from omni.serve.adapters import AdapterRegistry
+
 log = logging.getLogger("omni.cluster")
 FRESH_S = 60.0          # gauges count the replicas heard from within this long
 GAUGES = ("entries", "bytes", "budget_bytes")
@@ -127,6 +129,14 @@ class RemoteEngine:
         if self._served is None:
             return [self.info["name"]]
         return self._served.names()
+
+    @property
+    def adapters(self) -> AdapterRegistry | None:
+        """None: each replica holds its own registry (adapters are loaded where Ray's multiplexing routes them)."""
+        return None
+
+    def shadow_stats(self) -> dict[str, int]:
+        return {}
 
     # ------------------------------------------------------------------------------------------------ deciding
     def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> asyncio.Task[Decision]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -32,7 +32,6 @@ from omni.serve.surface import ServingEngine
 
 if TYPE_CHECKING:
     from omni.serve.adapters import AdapterRegistry
-    from omni.serve.selection import Selector
 
 log = logging.getLogger("omni.api")
 NO_ADAPTERS = "this server serves no adapters (its model cannot load them, or it runs on Ray)"
@@ -40,12 +39,8 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(req
 
 
 def registry_of(engine: ServingEngine) -> AdapterRegistry | None:
-    """The engine's adapter registry, once its model is in; None when it has none."""
-    return cast("AdapterRegistry | None", getattr(engine, "adapters", None))
-
-
-def selector_of(engine: ServingEngine) -> Selector | None:
-    return cast("Selector | None", getattr(engine, "selector", None))
+    """The engine's adapter registry, once its model is in; None when it has none (or it is on Ray)."""
+    return engine.adapters
 
 
 def adapter_names(engine: ServingEngine, config: EngineConfig) -> tuple[str, ...]:
@@ -128,16 +123,16 @@ def _card(registry: AdapterRegistry, name: str) -> dict[str, Any]:
     return next((card for card in registry.cards() if card["name"] == name), {"name": name})
 
 
-def describe(registry: AdapterRegistry, selector: Selector | None) -> dict[str, Any]:
+def describe(registry: AdapterRegistry, shadow_stats: dict[str, int]) -> dict[str, Any]:
     return {"adapters": registry.cards(), "stats": registry.stats(), "shadows": registry.shadows(),
-            "shadow_stats": selector.stats() if selector is not None else {}}
+            "shadow_stats": shadow_stats}
 
 
 @router.get("/adapters", summary="The adapters served: cards, counters, shadow pairs", response_model=None,
             responses={200: {"model": schemas.AdaptersServed}, **schemas.ADAPTER_ADMIN_RESPONSES})
 async def adapters_served(request: Request) -> JSONResponse:
     registry = _registry(request)
-    return JSONResponse(describe(registry, selector_of(service(request).engine)))
+    return JSONResponse(describe(registry, service(request).engine.shadow_stats()))
 
 
 @router.post("/adapters", summary="Serve an adapter folder (a path on the server) under a name", status_code=201,

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.http import schemas
-from api.http.adapters import registry_of, selector_of
+from api.http.adapters import registry_of
 from api.http.adapters import router as adapters_router
 from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
@@ -205,9 +205,9 @@ def _announce(svc: ServiceState) -> None:
     info = svc.engine.info
     svc.metrics.set_model(info["name"], bool(info.get("tiny_default")))
     svc.metrics.watch_engine(svc.engine)
-    registry, selector = registry_of(svc.engine), selector_of(svc.engine)
+    registry = registry_of(svc.engine)
     if registry is not None:
-        svc.metrics.watch_adapters(registry.stats, selector.stats if selector is not None else None)
+        svc.metrics.watch_adapters(registry.stats, svc.engine.shadow_stats)
         log.info("adapters served: %s", ", ".join(registry.names()) or "none yet")
     tiny = " — the embedded TINY DEMO model (synthetic inspection task only, not real answers; use --model DIR|HUB_ID)" if info.get("tiny_default") else ""
     log.info("ready: model %r, context %s tokens%s", info["name"], info.get("context_tokens"), tiny)

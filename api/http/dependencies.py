@@ -74,7 +74,7 @@ class ServiceState:
     def policy_for(self, model: str) -> Policy | None:
         """The policy a decision answered by `model` is taken under: the one bound to that adapter (its folder's
         policy.toml), else the server's when it governs that model (unbound, or bound to it), else none."""
-        registry = getattr(self.engine, "adapters", None)
+        registry = self.engine.adapters
         bound = registry.policy_of(model) if registry is not None else None
         if bound is not None:
             return bound

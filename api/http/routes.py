@@ -77,8 +77,7 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
     svc, decision_request = service(request), request.state.decision_request
     audit = decision.audit.to_wire() if decision.audit is not None else None
     if svc.decision_log is not None and audit is not None:   # with a shadow candidate: once it has scored
-        log_decision(svc.decision_log, decision_request, decision, wire, audit,
-                     getattr(request.state, "policy_for", lambda _model: None))
+        log_decision(svc.decision_log, decision_request, decision, wire, audit, svc.policy_for)
     outcome = decision.outcome
     if svc.webhooks is not None and outcome is not None and outcome.overall in svc.settings.webhook_on:
         svc.webhooks.offer(webhook_payload(decision, wire, audit, decision_request.request_id),
@@ -154,7 +153,6 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     finally:
         svc.metrics.inflight.dec()
     policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
-    request.state.policy_for = svc.policy_for        # a shadow candidate's outcome: under its own in turn
     decision = with_outcome(decision, decision_request, policy)
     svc.metrics.observe_decision(decision)
     if decision.outcome is not None and policy is not None:

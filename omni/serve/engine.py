@@ -56,7 +56,7 @@ class DecisionEngine(Generic[RecordT]):
         self._heap = HeapTrimmer()
         self._longs = LongPrefills()       # long prefills admitted and not yet ended
         self._model_lock = threading.Lock()   # held by each model turn, and while adapters' weights go in or out
-        self.adapters: AdapterRegistry | None = None
+        self._adapters: AdapterRegistry | None = None
         self.selector = Selector(None, self.config.served_name, self.config.model_aliases)
         self._shadows = ShadowScorer(self.config.max_batch_records, self.selector.count)
 
@@ -87,7 +87,7 @@ class DecisionEngine(Generic[RecordT]):
             registry.register(name, str(path))
         for live, candidate in cfg.shadows:
             registry.set_shadow(live, candidate)
-        self.adapters = registry
+        self._adapters = registry
         self.selector = Selector(registry, cfg.served_name, cfg.model_aliases)
         self._shadows.count = self.selector.count
 
@@ -171,6 +171,14 @@ class DecisionEngine(Generic[RecordT]):
     def model_names(self) -> list[str]:
         """Every name a request's `model` may give: the base's, then the served adapters'."""
         return self.selector.model_names()
+
+    @property
+    def adapters(self) -> AdapterRegistry | None:
+        """The adapter registry, once the model is in (None when it cannot load adapters)."""
+        return self._adapters
+
+    def shadow_stats(self) -> dict[str, int]:
+        return self.selector.stats()
 
     # ------------------------------------------------------------------------------------------------ deciding
     def _run(self, records: list[RecordT]) -> list[Decision | Requeue]:

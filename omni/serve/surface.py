@@ -9,7 +9,9 @@ against both (the local engine in the unit tests, the remote one in the cluster 
     model card  info: what /v1/models shows (name, description, release date, context, limits);
                 model_names: every name a request's `model` may give (the base's, then the adapters')
     deciding    submit (the serving path: a future, awaited by the route), decide, decide_batch (synchronous)
-    metrics     cache_stats, batcher_stats, long_prefills (counters; the remote engine sums its replicas')
+    metrics     cache_stats, batcher_stats, long_prefills (counters; the remote engine sums its replicas'),
+                shadow_stats
+    adapters    model_names (base and adapters), adapters (the in-process registry; None on Ray)
 
 Kept light on purpose (no torch, no model imports): the Ray gateway's process imports it. Knows nothing of HTTP.
 """
@@ -18,13 +20,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
 from typing_extensions import Self
 
 from omni.contract.types import Decision, DecisionRequest
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
+
+if TYPE_CHECKING:      # the registry loads models: the Ray gateway's process never imports it
+    from omni.serve.adapters import AdapterRegistry
 
 
 class InputLimits(TypedDict):
@@ -93,6 +98,16 @@ class ServingEngine(Protocol):
 
     def model_names(self) -> list[str]:
         """Every name a request's `model` may give: the base's served name and aliases, then the adapters'."""
+        ...
+
+    @property
+    def adapters(self) -> AdapterRegistry | None:
+        """The in-process adapter registry (admin routes, SIGHUP, metrics, bound policies); None when the model
+        cannot load adapters, before it is in, and on Ray (whose replicas each hold their own)."""
+        ...
+
+    def shadow_stats(self) -> dict[str, int]:
+        """Shadow scoring's counters (same_forward, own_forward, dropped, failed); empty where there are none."""
         ...
 
     def submit(self, request: DecisionRequest,

@@ -35,7 +35,7 @@ QUESTIONS = (Question("ok", "noul", YES_NO, instructions="Is it fine?"),
 # bytes that sniff as PNG and do not decode: the real decoder fails on them, and so does the fake's (the suffix)
 CORRUPT_PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24 + b"CORRUPT"
 EXERCISED = {"loaded", "ready", "load", "start", "stop", "info", "model_names", "submit", "decide", "decide_batch",
-             "cache_stats", "batcher_stats", "long_prefills"}
+             "cache_stats", "batcher_stats", "long_prefills", "adapters", "shadow_stats"}
 
 
 def request(state: str = "The fan rattles.", media: tuple[MediaItem, ...] = ()) -> DecisionRequest:
@@ -108,6 +108,12 @@ def test_model_names_lead_with_the_card_name_and_an_unknown_model_is_refused_nam
     with pytest.raises(UnknownModel) as refused:
         submitted(engine, dataclasses.replace(request(), model="no-such-model"))
     assert refused.value.requested == "no-such-model" and refused.value.served == tuple(names)
+
+
+def test_without_adapters_the_registry_is_empty_or_absent_and_no_shadow_was_scored(engine):
+    registry = engine.adapters            # in-process: the (empty) registry once loaded, or None; on Ray: None
+    assert registry is None or registry.names() == []
+    assert sum(engine.shadow_stats().values()) == 0
 
 
 def test_decide_answers_every_question(engine):
