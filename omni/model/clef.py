@@ -134,13 +134,14 @@ class ClefModel:
                 for record, logits in zip(records, per_record, strict=True)]
 
     @torch.inference_mode()
-    def score_shadow(self, record: PreparedRecord) -> list[torch.Tensor] | None:
-        """The head-only shadow candidate's calibrated probabilities for `record`, from the rows its forward left
-        (None when it has none). Thread-safe beside the model thread: it runs only the candidate's head."""
-        candidate = record.selection.shadow
-        if candidate is None or record.shadow_units is None:
-            return None
-        return option_probabilities(self._calibrated(record, self.forward.shadow_logits(record), candidate))
+    def score_shadows(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor] | None]:
+        """Each record's head-only shadow candidate's calibrated probabilities, from the rows its forward left (None
+        for a record without), in one head pass per candidate. Thread-safe beside the model thread: it runs only
+        candidates' heads."""
+        scored = [r for r in records if r.selection.shadow is not None and r.shadow_units is not None]
+        logits = dict(zip(map(id, scored), self.forward.shadow_logits(scored), strict=True))
+        return [option_probabilities(self._calibrated(r, logits[id(r)], r.selection.shadow))
+                if id(r) in logits and r.selection.shadow is not None else None for r in records]
 
     def _calibrated(self, record: PreparedRecord, logits: list[torch.Tensor],
                     adapter: Adapter | None) -> list[torch.Tensor]:

@@ -8,11 +8,12 @@ an isolated record, as rows of one forward per prefix (as many at a time as `CON
 keys/values allow), then ONE batched pass per head reads them with their prefix's memory rows for that head.
 Adapters: each backbone row runs with its record's LoRA weights, if any (`Backbone.lora`: one forward for rows
 of different adapters); each record is read by its adapter's head (else the base's), and a head-only shadow
-candidate's head reads the same rows (its logits go to `record.shadow_logits`). Under grad (training) the prefix cache is neither read nor filled. Runs on the thread that owns the model.
+candidate's head reads the same rows later, off the live path (`shadow_logits`). Under grad (training) the prefix cache is neither read nor filled. Runs on the thread that owns the model.
 Knows nothing of requests' wire shape, media decoding, chunk scheduling, queues or HTTP.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,11 +88,17 @@ class Forward:
                 else None
         return out
 
-    def shadow_logits(self, record: PreparedRecord) -> list[torch.Tensor]:
-        """The shadow candidate's per question logits from the rows its record's forward left (`shadow_units`), in
-        one head pass; the rows are let go."""
-        units, record.shadow_units = record.shadow_units or [], None
-        return [logits for per_unit in self._heads(units) for logits in per_unit]
+    def shadow_logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
+        """Each record's shadow candidate's per question logits from the rows its forward left (`shadow_units`): one
+        head pass per candidate head over all the records' rows; the rows are let go."""
+        units: list[_Unit] = []
+        for n, record in enumerate(records):
+            units += [dataclasses.replace(unit, record=n) for unit in record.shadow_units or []]
+            record.shadow_units = None
+        out: list[list[torch.Tensor]] = [[] for _ in records]
+        for unit, logits in zip(units, self._heads(units), strict=True):
+            out[unit.record].extend(logits)
+        return out
 
     def _known_prefixes(self, records: Sequence[PreparedRecord], use_cache: bool) -> dict[str, PrefixEntry]:
         """Prefix key -> entry of every prefix known before this batch runs (prefilled in chunks just now, or cached

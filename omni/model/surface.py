@@ -133,9 +133,9 @@ class AdapterHost(Protocol):
         """Free what the adapter holds in the base."""
         ...
 
-    def score_shadow(self, record: Any) -> list[torch.Tensor] | None:
-        """A head-only shadow candidate's probabilities for a record its forward answered (None: nothing to score);
-        runs off the model thread, after the live answer."""
+    def score_shadows(self, records: Sequence[Any]) -> list[list[torch.Tensor] | None]:
+        """Head-only shadow candidates' probabilities for records their forwards answered (None: nothing to score),
+        together; runs off the model thread, after the live answers."""
         ...
 
 

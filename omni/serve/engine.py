@@ -58,7 +58,9 @@ class DecisionEngine(Generic[RecordT]):
         self._model_lock = threading.Lock()   # held by each model turn, and while adapters' weights go in or out
         self._adapters: AdapterRegistry | None = None
         self.selector = Selector(None, self.config.served_name, self.config.model_aliases)
-        self._shadows = ShadowScorer(self.config.max_batch_records, self.selector.count)
+        self._shadows = ShadowScorer(self._shadow_scores, self.selector.count,
+                                     batch_records=self.config.max_batch_records,
+                                     max_pending=8 * self.config.max_batch_records)
 
     # ----------------------------------------------------------------------------------------------- lifecycle
     def load(self) -> DecisionEngine[RecordT]:
@@ -209,7 +211,7 @@ class DecisionEngine(Generic[RecordT]):
         request, mode = record.request, self.config.audit
         audit = self._audit(record, batch_size, per_question) if request.audit or mode != "request" else None
         candidate = record.selection.shadow
-        shadow = self._shadows.submit(lambda: self._shadow_score(record)) if candidate is not None else None
+        shadow = self._shadows.submit(record) if candidate is not None else None
         return Decision(model=self.selector.answered_as(request, record.selection), answers=answers,
                         usage=Usage(record.num_tokens, 0), shadow=shadow,
                         truncated_state_tokens=record.truncated_state_tokens,
@@ -218,15 +220,17 @@ class DecisionEngine(Generic[RecordT]):
                         timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
                         cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always")
 
-    def _shadow_score(self, record: RecordT) -> ShadowScore | None:
-        """The head-only shadow candidate's score of `record` (on the shadow thread, after the live answer)."""
-        model, candidate = self._model(), record.selection.shadow
-        scored = model.score_shadow(record) if isinstance(model, AdapterHost) else None
-        if scored is None or candidate is None:
-            return None
-        request = record.request
-        return ShadowScore(candidate.name, candidate.sha256, self._answers(request, scored),
-                           unrounded(request.questions, scored), same_forward=True)
+    def _shadow_scores(self, records: Sequence[RecordT]) -> list[ShadowScore | None]:
+        """Head-only shadow candidates' scores of `records` (on the shadow thread, after the live answers)."""
+        model = self._model()
+        scored = model.score_shadows(records) if isinstance(model, AdapterHost) else [None] * len(records)
+        out: list[ShadowScore | None] = []
+        for record, probabilities in zip(records, scored, strict=True):
+            candidate, request = record.selection.shadow, record.request
+            out.append(None if probabilities is None or candidate is None else ShadowScore(
+                candidate.name, candidate.sha256, self._answers(request, probabilities),
+                unrounded(request.questions, probabilities), same_forward=True))
+        return out
 
     def _answers(self, request: DecisionRequest, per_question: list[torch.Tensor]) -> dict[str, Any]:
         return build_answers(request.questions, [p.tolist() for p in per_question], confidence=self.config.confidence,

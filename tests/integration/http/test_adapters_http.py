@@ -212,13 +212,17 @@ def test_a_shadow_pair_set_by_admin_logs_the_candidates_score(app):
         live = app.post("/v1/systemone", json=body(), headers={**APP, "x-request-id": "shadowed-1"})
         assert live.status_code == 200 and live.json()["model"] == "clef-omni"
         alone = decide(app, "alpha")
-        assert svc.decision_log.flush(30)
     finally:
         assert app.delete("/v1/admin/shadows/clef-omni", headers=ADMIN).status_code == 200
     assert app.delete("/v1/admin/shadows/clef-omni", headers=ADMIN).status_code == 404
-    lines = [json.loads(line) for segment in sorted(Path(svc.decision_log.directory, "segments").iterdir())
-             for line in segment.read_text().splitlines()]
-    record = next(r for r in lines if r["request_id"] == "shadowed-1")
+
+    def logged() -> list[dict]:     # the line is appended once the candidate's score is in (off the live path)
+        assert svc.decision_log.flush(30)
+        return [record for segment in sorted(Path(svc.decision_log.directory, "segments").iterdir())
+                for record in map(json.loads, segment.read_text().splitlines()) if record["request_id"] == "shadowed-1"]
+
+    wait_until(lambda: bool(logged()), what="the shadowed decision's log line")
+    record = logged()[0]
     shadow = record["shadow"]
     assert shadow["model"] == "alpha" and len(shadow["adapter_sha256"]) == 64 and shadow["x_outcome"] is None
     assert record["response"]["model"] == "clef-omni"
