@@ -9,6 +9,8 @@ Rounds alternate the compared ways, so load from other processes hits both alike
 1. head_mixed: a stream of N requests submitted at once, spread over h1..h4, vs the same stream all to h1
    (and all to the base): throughput ratio mixed / one (issue 32's target >= 0.9), the median of each round's
    ratio (paired: both streams of a round see the same load); the ratio of the median throughputs is shown too.
+   Text-only requests (the worst case: each head pass is a fixed cost beside a short prefill), then the same with
+   the inspection example's photo in every request (head_mixed_photo: an inspection line's request).
 2. shadow: one request at a time to the base, with `h2` scoring it as a head-only shadow candidate
    (`adapters.set_shadow("clef-omni", "h2")`, the same forward) vs without: live p50 ratio (target <= 1.05).
 3. hot_load: client threads keep requests to the base and h1 in flight while another thread calls
@@ -33,6 +35,7 @@ What it must not know: engine internals (it uses `submit`, `decide_batch`, `sele
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import statistics
 import subprocess
@@ -57,6 +60,7 @@ from omni.contract.types import Decision
 from omni.serve.engine import DecisionEngine
 
 DEVICE = Path(__file__).resolve().parent / "device"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "inspection"
 HEADS = ("h1", "h2", "h3", "h4")
 LORAS = ("l1", "l2", "l3", "l4")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -75,11 +79,16 @@ def emit(event: str, **fields: Any) -> dict:
     return line
 
 
-def body(tag: str, i: int, model: str | None = None) -> dict:
-    """A text request with a state of its own (`tag`, `i`): a new prefix, a full prefill."""
+PHOTO = "data:image/png;base64," + base64.b64encode((EXAMPLES / "unit.png").read_bytes()).decode()
+
+
+def body(tag: str, i: int, model: str | None = None, photo: bool = False) -> dict:
+    """A text request with a state of its own (`tag`, `i`): a new prefix, a full prefill; `photo`: with the
+    inspection example's photo (an inspection unit's request: the photo's tokens make most of the prefill)."""
     state = (f"Ticket {tag}-{i}. Unit {i % 97} came off line {i % 6} with a scratched casing; the label is "
              f"partly torn and the fan hums at {40 + i % 50} dB. Operator note {tag}{i}.")
-    return {"state": state, "questions": QUESTIONS, **({"model": model} if model else {})}
+    return {"state": state, "questions": QUESTIONS, **({"model": model} if model else {}),
+            **({"images": [PHOTO]} if photo else {})}
 
 
 def requests_of(engine: DecisionEngine, bodies: list[dict]) -> list:
@@ -108,13 +117,13 @@ def stream(engine: DecisionEngine, bodies: list[dict]) -> tuple[float, list[floa
 
 
 def compare_streams(engine: DecisionEngine, ways: dict[str, Callable[[int], str | None]], tag: str, n: int,
-                    rounds: int) -> dict:
+                    rounds: int, photo: bool = False) -> dict:
     """Alternating rounds of each way's stream (`ways[name](i)`: request i's model); throughput and p50 per way."""
     walls: dict[str, list[float]] = {way: [] for way in ways}
     p50s: dict[str, list[float]] = {way: [] for way in ways}
     for r in tqdm(range(rounds), desc=tag, unit="round", file=sys.stderr, leave=False):
         for way, model_of in ways.items():
-            wall, latencies = stream(engine, [body(f"{tag}{r}{way}", i, model_of(i)) for i in range(n)])
+            wall, latencies = stream(engine, [body(f"{tag}{r}{way}", i, model_of(i), photo) for i in range(n)])
             walls[way].append(wall)
             p50s[way].append(statistics.median(latencies))
     return {"requests": n, "rounds": rounds,
@@ -123,12 +132,13 @@ def compare_streams(engine: DecisionEngine, ways: dict[str, Callable[[int], str 
             "wall_s": {way: [round(v, 3) for v in w] for way, w in walls.items()}}
 
 
-def mixed_vs_one(engine: DecisionEngine, names: tuple[str, ...], tag: str, args: argparse.Namespace, with_base: bool = False) -> dict:
+def mixed_vs_one(engine: DecisionEngine, names: tuple[str, ...], tag: str, args: argparse.Namespace,
+                 with_base: bool = False, photo: bool = False) -> dict:
     ways: dict[str, Callable[[int], str | None]] = {"mixed": lambda i: names[i % len(names)],
                                                      "one": lambda _i: names[0]}
     if with_base:
         ways["base"] = lambda _i: None
-    result = compare_streams(engine, ways, tag, args.requests, args.rounds)
+    result = compare_streams(engine, ways, tag, args.requests, args.rounds, photo)
     walls = result["wall_s"]
     result["ratio_rps_mixed_over_one"] = round(statistics.median(
         one / mixed for one, mixed in zip(walls["one"], walls["mixed"], strict=True)), 3)   # paired by round
@@ -139,14 +149,14 @@ def mixed_vs_one(engine: DecisionEngine, names: tuple[str, ...], tag: str, args:
 # ------------------------------------------------------------------------------------------------------ shadow
 def one_at_a_time(engine: DecisionEngine, tag: str, n: int) -> tuple[list[float], int]:
     """`n` base requests, each answered before the next; (latencies, how many carried a shadow score)."""
-    latencies, scored = [], 0
+    latencies, shadows = [], []
     for request in requests_of(engine, [body(tag, i) for i in range(n)]):
         started = time.perf_counter()
         decision = engine.submit(request).result()
         latencies.append(time.perf_counter() - started)
-        if decision.shadow is not None and decision.shadow.result() is not None:
-            scored += 1
-    return latencies, scored
+        if decision.shadow is not None:
+            shadows.append(decision.shadow)     # read after the stream: waiting here would idle the server
+    return latencies, sum(1 for scored in shadows if scored.result() is not None)
 
 
 def shadow(engine: DecisionEngine, args: argparse.Namespace) -> dict:
@@ -299,8 +309,11 @@ def table(results: dict) -> str:
     """The figures and ratios, with each target and whether it held."""
     head, lora, sh, hot = results["head_mixed"], results["lora_mixed"], results["shadow"], results["hot_load"]
     cost, mem = results["lora_cost"], results["memory"]
+    photo = results["head_mixed_photo"]
     rows = [("4 head-only mixed vs one (rps)", f"{head['rps_mixed']} vs {head['rps_one']} (base {head['rps_base']})",
              head["ratio_rps_mixed_over_one"], "head_mixed"),
+            ("the same, with the inspection photo (rps)", (f"{photo['rps_mixed']} vs {photo['rps_one']} (base "
+             f"{photo['rps_base']})"), photo["ratio_rps_mixed_over_one"], "head_mixed"),
             ("4 LoRA r16 mixed vs one (rps)", f"{lora['rps_mixed']} vs {lora['rps_one']}",
              lora["ratio_rps_mixed_over_one"], "lora_mixed"),
             ("shadow h2 on base: live p50 (ms)", f"{sh['p50_ms_with_shadow']} vs {sh['p50_ms_without']}",
@@ -342,6 +355,8 @@ def run(engine: DecisionEngine, root: Path, args: argparse.Namespace) -> dict:
     folders = write_adapters(engine, root, args.lora_rank)
     register(engine, folders, HEADS)
     results = {"head_mixed": emit("head_mixed", **mixed_vs_one(engine, HEADS, "heads", args, with_base=True)),
+               "head_mixed_photo": emit("head_mixed_photo", **mixed_vs_one(engine, HEADS, "photos", args,
+                                                                          with_base=True, photo=True)),
                "shadow": emit("shadow", **shadow(engine, args)),
                "hot_load": emit("hot_load", **hot_load(engine, folders["hot"], args))}
     base_before = forward_per_token(engine, {"base": lambda _i: None}, "forward", args.batch, args.rounds)
@@ -366,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = {kind: held(kind, results[kind]["ratio_rps_mixed_over_one" if kind != "shadow" else
                                               "ratio_p50_with_over_without"]) for kind in TARGETS}
     summary = emit("summary", head_mixed_ratio=results["head_mixed"]["ratio_rps_mixed_over_one"],
+                   head_mixed_photo_ratio=results["head_mixed_photo"]["ratio_rps_mixed_over_one"],
                    lora_mixed_ratio=results["lora_mixed"]["ratio_rps_mixed_over_one"],
                    shadow_p50_ratio=results["shadow"]["ratio_p50_with_over_without"],
                    hot_load_failures=results["hot_load"]["failures"],
