@@ -289,7 +289,8 @@ async function submitAsk(event) {
     renderDetails(answer, response.headers.get("server-timing") || "");
     const top = $("#answers").getBoundingClientRect().top;
     if (top < 0 || top > window.innerHeight * 0.8) $("#answers").scrollIntoView({ block: "start" });   // one column
-    $("#ask-status").textContent = `answered in ${((performance.now() - started) / 1000).toFixed(2)} s · request ${response.headers.get("x-request-id") || ""}`;
+    const by = answer.model && answer.model !== ask.baseModel ? ` by ${answer.model}` : "";
+    $("#ask-status").textContent = `answered${by} in ${((performance.now() - started) / 1000).toFixed(2)} s · request ${response.headers.get("x-request-id") || ""}`;
   } catch (e) {
     $("#ask-error").textContent = `the request failed: ${e.message}`;
     markStale();
