@@ -23,6 +23,7 @@
     webhook_transport.py  an httpx transport whose every request (a delivery attempt) is bounded as a whole
     dead_letters.py  the webhook dead-letter file: lines appended whole; what it does not take waits and is retried
     settings.py    Settings from OMNI_* (the only place that reads the environment) and flags
+    settings_lists.py  list settings (comma lists, NAME=VALUE pairs), the adapters' start checks, SettingsError
 
 Knows the engine only through its serving surface (readiness, submit, info, stats) and never imports torch.
 """

@@ -19,16 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from api.http.identity import parse_key_entry
+from api.http.settings_lists import SettingsError, check_adapters, coerce_list
 from omni.contract.config import EngineConfig
 from preprocess.media import MediaLimits, MiB
 
 ENV_PREFIX = "OMNI_"
 MEDIA_PREFIX = "media_"
 JSON_OVERHEAD_BYTES = 8 * MiB  # state + questions on top of the base64 media a body may carry
-
-
-class SettingsError(ValueError):
-    """A setting has a value of the wrong type or out of range; the message names the variable or flag."""
 
 
 # settings whose flag is not `--` + the field's name (the env name still is OMNI_ + the field's name)
@@ -229,7 +226,7 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
     if optional and text.lower() in ("", "none", "null"):
         return None
     if typing.get_origin(base) is tuple:
-        return _coerce_list(text, base, source)
+        return coerce_list(text, base, source)
     try:
         if base is bool:
             if text.lower() in ("1", "true", "yes", "on"):
@@ -244,25 +241,6 @@ def _coerce(raw: Any, hint: Any, source: str) -> Any:
         return text
     except ValueError:
         raise SettingsError(f"{source}: expected {getattr(base, '__name__', base)}, got {raw!r}") from None
-
-
-def _coerce_list(text: str, hint: Any, source: str) -> tuple[Any, ...]:
-    """A comma list: of strings, or of NAME=VALUE pairs (`tuple[tuple[str, str], ...]`)."""
-    parts = tuple(part.strip() for part in text.split(",") if part.strip())
-    return tuple(_pair(part, source) for part in parts) if _of_pairs(hint) else parts
-
-
-def _of_pairs(hint: Any) -> bool:
-    """`tuple[tuple[str, str], ...]`: a list of NAME=VALUE pairs."""
-    return any(typing.get_origin(arg) is tuple for arg in typing.get_args(hint))
-
-
-def _pair(text: str, source: str) -> tuple[str, str]:
-    """"NAME=VALUE" -> (NAME, VALUE); SettingsError naming the flag or variable otherwise."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip() or not value.strip():
-        raise SettingsError(f"{source}: expected NAME=VALUE, got {text!r}")
-    return name.strip(), value.strip()
 
 
 def _read_keys_file(path: str, source: str) -> tuple[str, ...]:
@@ -308,7 +286,7 @@ def _check(s: Settings) -> None:
     _check_decision_log(s)
     _check_policy(s)
     _check_cluster(s)
-    _check_adapters(s)
+    check_adapters(s.engine)
 
 
 def _check_api_keys(entries: tuple[str, ...]) -> None:
@@ -452,17 +430,3 @@ def _check_cluster(s: Settings) -> None:
     if s.replica_gpus is not None and s.replica_gpus < 0:
         raise SettingsError(f"replica_gpus must be >= 0, got {s.replica_gpus}")
 
-
-def _check_adapters(s: Settings) -> None:
-    """The adapters' folders are there (a typo is a clear error at start); a name given twice is refused. What is in
-    a folder (its files, its base) is checked when the model loads it."""
-    engine = s.engine
-    if engine.adapters_dir is not None and not Path(engine.adapters_dir).is_dir():
-        raise SettingsError(f"adapters_dir (--adapters): {engine.adapters_dir!r} is not a directory")
-    seen: set[str] = set()
-    for name, path in engine.adapters:
-        if name in seen:
-            raise SettingsError(f"adapters (--adapter): the name {name!r} is given twice")
-        seen.add(name)
-        if not Path(path).is_dir():
-            raise SettingsError(f"adapters (--adapter {name}=PATH): {path!r} is not a directory")

@@ -114,22 +114,6 @@ def test_records_read_back_equal_what_was_appended_and_their_media_replay(tmp_pa
     assert stats.bytes_written == sum(p.stat().st_size for p in segment_paths(tmp_path / "log"))
 
 
-def test_a_shadow_result_is_a_top_level_key_after_audit_and_absent_without_one(tmp_path):
-    shadow = {"model": "candidate", "adapter_sha256": "cd" * 32,
-              "answers": {"fault": {"type": "choice", "choice": "none", "confidence": 0.6,
-                                    "probabilities": {"none": 0.6, "rattle": 0.4}}},
-              "probabilities": {"fault": {"none": 0.60004, "rattle": 0.39996}}, "x_outcome": None}
-    live, shadowed = request("live only"), request("shadowed")
-    with DecisionLog(tmp_path) as log:
-        assert append(log, live)
-        assert log.append(shadowed, response(shadowed.state), audit(shadowed.state), request_id=shadowed.request_id,
-                          decided_at="2026-12-02T05:00:00.123456Z", shadow=shadow)
-    first, second = read_records(tmp_path)
-    assert "shadow" not in first.record
-    assert second.record["shadow"] == shadow and second.response == response(shadowed.state)
-    assert list(second.record) == ["format", "request_id", "decided_at", "request", "response", "audit", "shadow"]
-
-
 def test_media_are_stored_once_per_content(tmp_path):
     image = media("image", b"same" * 20)
     with DecisionLog(tmp_path) as log:
