@@ -91,7 +91,8 @@ def answer_dataset(model: DecisionModel[Any], records: Sequence[LabelledRequest]
 
 
 def _answers(args: argparse.Namespace, data: str) -> tuple[list[AnsweredQuestion], str, int]:
-    """(the answered questions of DATA, the model's sha256, records) — the dataset is read before the model loads."""
+    """(the answered questions of DATA, what answered them — the model's sha256, and the adapter's with --adapter —,
+    records); the dataset is read before the model loads."""
     from omni.model.calibration import CalibrationError, load_calibration
 
     records = labelled_records(args, data)
@@ -102,7 +103,8 @@ def _answers(args: argparse.Namespace, data: str) -> tuple[list[AnsweredQuestion
         raise CalibrationError(f"--calibration: {model.answering_directory} has no calibration.json")
     rows = answer_dataset(model, records, learn_config(args), calibration, args.batch_size, not args.quiet,
                           str(dataset_file(data)))
-    return rows, model.sha256, len(records)
+    adapter = model.default_selection.adapter
+    return rows, model.sha256 + (f", adapter sha256 {adapter.sha256}" if adapter is not None else ""), len(records)
 
 
 def run_fit(args: argparse.Namespace) -> int:

@@ -370,3 +370,20 @@ def test_chunked_and_isolated_prefills_run_each_adapter_exactly(tiny_dir, adapte
                                model=model).load()
         plain = {k: v for k, v in b.items() if k != "model"}
         assert_close(decision.answers, alone.decide(parse_request(plain, alone.config)).answers)
+
+
+def test_a_policy_fitted_for_an_adapter_in_its_folder_is_bound_to_it(tiny_dir, adapters, tmp_path, capsys):
+    """`omni policy fit --adapter DIR --out DIR/policy.toml` fits the adapter's answers (the header names its sha256)
+    and the folder's policy then governs the adapter's decisions when it is served."""
+    from api.cli.main import main
+    from fixtures.inspection import write_keyword_task
+    from omni.contract.policy import read_policy
+
+    task = write_keyword_task(tmp_path / "task.jsonl", 12, seed=5)
+    folder = copy_adapter(adapters, "h2", tmp_path)
+    assert main(["policy", "fit", str(task), "--model", str(tiny_dir), "--adapter", str(folder), "--target-precision",
+                 "0.8", "--out", str(folder / "policy.toml"), "--quiet"]) == 0
+    text = (folder / "policy.toml").read_text()
+    served_ = engine(tiny_dir, adapters=(("h2p", str(folder)),))
+    assert f"adapter sha256 {served_.adapters.acquire('h2p').sha256}" in text
+    assert served_.adapters.policy_of("h2p") == read_policy(folder / "policy.toml")
