@@ -209,9 +209,10 @@ def check_adapters(tmp_path: Path) -> None:
     out = run_smoke("adapters.py", "--out", str(tmp_path / "adapters.json")).stdout
     lines = json_lines(out)
     assert one(lines, event="env")["smoke"] is True
-    for event in ("head_mixed", "lora_mixed"):
+    for event in ("head_mixed", "head_mixed_photo", "lora_mixed"):
         positive(one(lines, event=event), "rps_mixed", "rps_one", "ratio_rps_mixed_over_one", "ratio_of_median_rps")
     positive(one(lines, event="head_mixed"), "rps_base")
+    positive(one(lines, event="head_mixed_photo"), "rps_base")
     shadow = one(lines, event="shadow")
     assert shadow["shadow_scored"] == shadow["requests_each"] > 0          # every live answer was also scored
     assert shadow["same_forward"] >= shadow["requests_each"]               # head-only: from the same forward
@@ -230,7 +231,7 @@ def check_adapters(tmp_path: Path) -> None:
     summary = one(lines, event="summary")
     finite(summary)
     assert set(summary["targets_held"]) == {"head_mixed", "lora_mixed", "shadow"}
-    assert len(table(out, "| figure | measured |")) == 8
+    assert len(table(out, "| figure | measured |")) == 9
     assert json.loads((tmp_path / "adapters.json").read_text())["summary"] == summary
 
 
