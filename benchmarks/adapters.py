@@ -182,14 +182,19 @@ def shadow(engine: DecisionEngine, args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- hot load
-def clients(engine: DecisionEngine, tag: str, args: argparse.Namespace, latencies: list[float], failures: list[str]) -> list[threading.Thread]:
-    """`args.clients` threads, each sending `args.client_requests` requests one after another (base and h1)."""
+def clients(engine: DecisionEngine, tag: str, args: argparse.Namespace, latencies: list[float], failures: list[str],
+            submitted: threading.Event | None = None) -> list[threading.Thread]:
+    """`args.clients` threads, each sending `args.client_requests` requests one after another (base and h1);
+    `submitted` is set once a first request is on its way."""
     def client(c: int) -> None:
         bodies = [body(f"{tag}c{c}", i, "h1" if i % 2 else None) for i in range(args.client_requests)]
         for request in requests_of(engine, bodies):
             started = time.perf_counter()
             try:
-                engine.submit(request).result()
+                future = engine.submit(request)
+                if submitted is not None:
+                    submitted.set()
+                future.result()
             except Exception as exc:   # noqa: BLE001 - counted: the figure is how many fail
                 failures.append(f"{type(exc).__name__}: {exc}")
                 continue
@@ -204,12 +209,14 @@ def load_while_serving(engine: DecisionEngine, folder: Path, name: str, tag: str
     assert registry is not None
     latencies: list[float] = []
     failures: list[str] = []
-    threads = clients(engine, tag, args, latencies, failures)
+    submitted = threading.Event()
+    threads = clients(engine, tag, args, latencies, failures, submitted)
     for thread in threads:
         thread.start()
     out: dict = {}
     if load:
-        time.sleep(0.05)                               # the clients have requests in flight
+        submitted.wait(30)                             # the clients have requests in flight
+        out["in_flight_during_load"] = sum(thread.is_alive() for thread in threads)
         started = time.perf_counter()
         registry.register(name, str(folder))
         out["register_ms"] = (time.perf_counter() - started) * 1e3
@@ -217,7 +224,6 @@ def load_while_serving(engine: DecisionEngine, folder: Path, name: str, tag: str
         first = time.perf_counter()
         engine.submit(request).result()
         out["first_answer_ms"] = (time.perf_counter() - first) * 1e3
-        out["in_flight_during_load"] = sum(thread.is_alive() for thread in threads)
     for thread in threads:
         thread.join()
     if load:
