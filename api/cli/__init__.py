@@ -12,6 +12,7 @@
                `omni export checkpoint MODEL --out DIR`: a checkpoint in the released (sharded, indexed) layout
     policy.py  `omni policy fit DATA --target-precision P --out POLICY.toml` (thresholds from labels), `check FILE`
     report.py  `omni report drift LOG --window 1h`: answer/confidence/outcome drift between windows (PSI), PNG
+    report_output.py  what every report command shares: one-line refusals, the reading progress bar, md rows
     report_shadow.py  `omni report shadow LOG --out DIR`: a live model beside its shadow candidate (agreement,
                outcome flips, calibration on reviewed items), PNG
     doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)

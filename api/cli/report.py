@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from api.cli.report_output import bad, md_row, reading
 
 DEFAULT_TOP = 6
 
@@ -82,33 +83,19 @@ def run_drift(args: argparse.Namespace) -> int:
         if args.top < 1:
             raise DriftError(f"--top must be at least 1, not {args.top}")
         records = (logged.record for logged in read_records(args.log))
-        collected = collect(_progress(records, args.quiet), window_s, args.bins, since_s, until_s)
+        collected = collect(reading(records, args.quiet), window_s, args.bins, since_s, until_s)
     except (DriftError, DecisionLogReadError) as exc:
-        return _bad(str(exc))
+        return bad(str(exc))
     if not collected.windows:
         between = "".join(f" {word} {value}" for word, value in (("since", args.since), ("until", args.until))
                           if value)
-        return _bad(f"{args.log}: no decision-log records{between}")
+        return bad(f"{args.log}: no decision-log records{between}")
     report = {"log": str(args.log), "window": args.window.strip(), **drift_report(collected, args.baseline)}
     if args.out:
         written = write_report(report, Path(args.out), args.top)
         print(f"omni report: wrote {', '.join(str(path) for path in written)}", file=sys.stderr)
     print(json.dumps(report, indent=2) if args.json else format_table(report, args.top))
     return 0
-
-
-def _bad(message: str) -> int:
-    print(f"omni report: {message}", file=sys.stderr)
-    return 2
-
-
-def _progress(records: Iterable[Any], quiet: bool) -> Iterator[Any]:
-    """The records, counted by a tqdm bar on stderr that appears only if reading lasts over half a second."""
-    from tqdm import tqdm
-
-    with tqdm(records, unit="record", desc="omni report: reading", file=sys.stderr, delay=0.5,
-              dynamic_ncols=True, disable=True if quiet else None) as bar:
-        yield from bar
 
 
 def write_report(report: dict[str, Any], out: Path, top: int) -> list[Path]:
@@ -190,28 +177,24 @@ def format_markdown(report: dict[str, Any], top: int = DEFAULT_TOP, figure: bool
              f"{report['psi_epsilon']:g}. {LEGEND}."), ""]
     if figure:
         text += ["![PSI per question and answer shares per window](drift.png)", ""]
-    text += ["## PSI per window", "", _md_row(["window (UTC)", "records", *shown, "most drifting"]),
-             _md_row(["---"] * (len(shown) + 3))]
-    text += [_md_row([_when(report, w["start"]), str(w["records"]), *(_cell(w, q) for q in shown), _most(w)])
+    text += ["## PSI per window", "", md_row(["window (UTC)", "records", *shown, "most drifting"]),
+             md_row(["---"] * (len(shown) + 3))]
+    text += [md_row([_when(report, w["start"]), str(w["records"]), *(_cell(w, q) for q in shown), _most(w)])
              for w in report["windows"]]
-    text += ["", "## Questions, most drifting first", "", _md_row(["question", "type", "windows", "answers",
+    text += ["", "## Questions, most drifting first", "", md_row(["question", "type", "windows", "answers",
                                                                    "max PSI", "in window", "flag"]),
-             _md_row(["---"] * 7)]
+             md_row(["---"] * 7)]
     for qid in most_drifting(report, len(report["questions"])):
         one = report["questions"][qid]
         psi = "-" if one["max_psi"] is None else f"{one['max_psi']:.4f}"
-        text.append(_md_row([qid, one["type"], str(one["windows"]), str(one["count"]), psi,
+        text.append(md_row([qid, one["type"], str(one["windows"]), str(one["count"]), psi,
                              one["max_psi_window"] or "-", one["flag"] or ""]))
     if report["policies"]:
         text += ["", "## Overall outcomes per policy version", "",
-                 _md_row(["window (UTC)", "policy version", "act", "review", "pass"]), _md_row(["---"] * 5)]
+                 md_row(["window (UTC)", "policy version", "act", "review", "pass"]), md_row(["---"] * 5)]
         for window in report["windows"]:
             for version, counts in window["outcomes"].items():
                 total = sum(counts.values())
-                text.append(_md_row([_when(report, window["start"]), version,
+                text.append(md_row([_when(report, window["start"]), version,
                                      *(f"{counts[name]} ({counts[name] / total:.0%})" for name in counts)]))
     return "\n".join(text) + "\n"
-
-
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

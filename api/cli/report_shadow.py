@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from api.cli.report_output import bad, md_row, reading
 
 
 def run_shadow(args: argparse.Namespace) -> int:
@@ -28,32 +30,14 @@ def run_shadow(args: argparse.Namespace) -> int:
     try:
         pair = _pair(args.pair) if args.pair else None
         labels = _labels(Path(args.reviews)) if args.reviews else None
-        collected = collect(_progress(_records(args.log), args.quiet), labels, pair)
+        collected = collect(reading(_records(args.log), args.quiet), labels, pair)
         report = {"log": str(args.log), "reviews": args.reviews, **shadow_report(collected)}
     except (ShadowError, DecisionLogReadError) as exc:
-        return _bad(str(exc))
+        return bad(str(exc))
     written = write_report(report, Path(args.out))
     print(f"omni report: wrote {', '.join(str(path) for path in written)}", file=sys.stderr)
     print(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0
-
-
-def _bad(message: str) -> int:
-    print(f"omni report: {message}", file=sys.stderr)
-    return 2
-
-
-def _progress(records: Iterable[Any], quiet: bool) -> Iterator[Any]:
-    """The records, counted by a tqdm bar on stderr that appears only if reading lasts over half a second."""
-    from tqdm import tqdm
-
-    with tqdm(records, unit="record", desc="omni report: reading", file=sys.stderr, delay=0.5,
-              dynamic_ncols=True, disable=True if quiet else None) as bar:
-        yield from bar
-
-
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -152,8 +136,8 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def _flip_rows(flips: dict[str, dict[str, int]], outcomes: list[str]) -> list[str]:
-    return [_md_row(["live \\ candidate", *outcomes]), _md_row(["---"] * (len(outcomes) + 1)),
-            *(_md_row([live, *(str(flips[live][c]) for c in outcomes)]) for live in outcomes)]
+    return [md_row(["live \\ candidate", *outcomes]), md_row(["---"] * (len(outcomes) + 1)),
+            *(md_row([live, *(str(flips[live][c]) for c in outcomes)]) for live in outcomes)]
 
 
 def format_markdown(report: dict[str, Any], figure: bool = True) -> str:
@@ -164,8 +148,8 @@ def format_markdown(report: dict[str, Any], figure: bool = True) -> str:
             ""]
     if figure:
         text += ["![agreement per question, outcome flips, calibration on reviewed items](shadow.png)", ""]
-    text += ["## Per question", "", _md_row(HEADER), _md_row(["---"] * len(HEADER)),
-             *(_md_row(_row(qid, one)) for qid, one in report["questions"].items())]
+    text += ["## Per question", "", md_row(HEADER), md_row(["---"] * len(HEADER)),
+             *(md_row(_row(qid, one)) for qid, one in report["questions"].items())]
     if report["flips"] is not None:
         text += ["", "## Overall outcome, live -> candidate", "", *_flip_rows(report["flips"], report["outcomes"])]
         for qid, one in report["questions"].items():
@@ -174,7 +158,7 @@ def format_markdown(report: dict[str, Any], figure: bool = True) -> str:
     reviewed = report["reviewed"]
     if reviewed is not None:
         text += ["", f"## Reviewed records, all questions pooled (n = {reviewed['n']})", "",
-                 _md_row(["side", "accuracy", "ECE", "Brier"]), _md_row(["---"] * 4),
-                 *(_md_row([side, *(_figure(reviewed[side][name], 4) for name in ("accuracy", "ece", "brier"))])
+                 md_row(["side", "accuracy", "ECE", "Brier"]), md_row(["---"] * 4),
+                 *(md_row([side, *(_figure(reviewed[side][name], 4) for name in ("accuracy", "ece", "brier"))])
                    for side in ("live", "candidate"))]
     return "\n".join(text) + "\n"
