@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.contract.errors import AdapterError
+from omni.model.fingerprint import file_sha256
 
 ADAPTER_FORMAT = "omni-adapter/1"
 MANIFEST_FILE = "adapter.json"
@@ -39,7 +40,6 @@ POLICY_FILE = "policy.toml"            # optional: the decision policy bound to 
 ADAPTER_MODES = ("head", "lora")
 MAX_NAME_CHARS = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_READ_BYTES = 8 << 20
 
 
 def check_adapter_name(name: str) -> str:
@@ -96,14 +96,6 @@ def now_utc() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_READ_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def expected_files(mode: str) -> tuple[str, ...]:
     """The weight files an adapter of `mode` must have (calibration.json is optional)."""
     return (HEAD_FILE,) if mode == "head" else (HEAD_FILE, LORA_CONFIG_FILE, LORA_WEIGHTS_FILE)
@@ -156,6 +148,15 @@ def _files(raw: Any, name: str, mode: str) -> dict[str, FileEntry]:
     if missing:
         raise AdapterError(name, f"{MANIFEST_FILE} does not list {', '.join(missing)} (needed by mode {mode})")
     return files
+
+
+def base_mismatch(manifest: AdapterManifest, base_sha256: str, base: str) -> str | None:
+    """Why the adapter does not fit the base whose checkpoint sha256 is `base_sha256` (`base`: how to name it),
+    naming both fingerprints; None when it is its base."""
+    if manifest.base_sha256 == base_sha256:
+        return None
+    return (f"it was trained on the base checkpoint with sha256 {manifest.base_sha256}, but {base} has sha256 "
+            f"{base_sha256}: not its base (fingerprints differ: fine-tune it again on this base)")
 
 
 def read_manifest(directory: str | Path, name: str | None = None) -> AdapterManifest:

@@ -26,7 +26,7 @@ from omni.model.adapter_format import (
     POLICY_FILE,
     AdapterManifest,
     adapter_sha256,
-    check_adapter_name,
+    base_mismatch,
     check_files,
     read_manifest,
 )
@@ -76,18 +76,18 @@ class Selection:
 
 
 def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_size: int, device: str | torch.device,
-                 head_dtype: torch.dtype, slots: LoraSlots) -> Adapter:
-    """The adapter in `directory`, served as `name`, checked against the base (AdapterError naming the cause)."""
+                 head_dtype: torch.dtype, slots: LoraSlots, base: str = "the loaded backbone") -> Adapter:
+    """The adapter in `directory`, called `name` (a served name is checked by the registry that serves it), checked
+    against the base (`base`: how to name it; AdapterError naming the cause)."""
     from safetensors.torch import load_file
 
-    check_adapter_name(name)
     directory = Path(directory)
     if not directory.is_dir():
         raise AdapterError(name, f"{directory} is not a directory")
     manifest = read_manifest(directory, name)
-    if manifest.base_sha256 != base_sha256:
-        raise AdapterError(name, f"it was made for base {manifest.base_sha256[:16]}…, the loaded backbone is "
-                           f"{base_sha256[:16]}… (fingerprints differ: fine-tune it again on this base)")
+    mismatch = base_mismatch(manifest, base_sha256, base)
+    if mismatch is not None:
+        raise AdapterError(name, mismatch)
     check_files(directory, manifest, name)
     sha256 = adapter_sha256(directory, manifest)
     try:

@@ -137,6 +137,21 @@ class LoraSlots:
         if isinstance(configs, dict):
             configs.pop(key, None)
 
+    def merge(self, key: str) -> None:
+        """Fold the adapter `key` into the thinker's own weights and put the plain layers back in place of the LoRA
+        ones (what `omni export --merge` writes). The thinker must hold no other adapter."""
+        if set(self.bytes_by_key) != {key}:
+            raise ValueError(f"merge needs {key} to be the only LoRA adapter resident, not {sorted(self.bytes_by_key)}")
+        layers = {id(layer) for layer in self._layers()}
+        for name, layer in [(n, m) for n, m in self.thinker.named_modules() if id(m) in layers]:
+            layer.merge(adapter_names=[key])
+            parent, _, child = name.rpartition(".")
+            setattr(self.thinker.get_submodule(parent), child, layer.get_base_layer())
+        configs = getattr(self.thinker, "peft_config", None)
+        if isinstance(configs, dict):
+            configs.pop(key, None)
+        self.bytes_by_key.clear()
+
     @contextmanager
     def rows(self, keys: Sequence[str | None] | None) -> Iterator[None]:
         """A forward inside this context applies keys[b] to row b (None: the base). Without a LoRA key among them,

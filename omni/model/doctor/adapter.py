@@ -23,6 +23,7 @@ from omni.model.adapter_format import (
     LORA_CONFIG_FILE,
     LORA_WEIGHTS_FILE,
     AdapterManifest,
+    base_mismatch,
     check_files,
     read_manifest,
 )
@@ -169,9 +170,9 @@ def fingerprint_finding(manifest: AdapterManifest, base: Path, cache_dir: Path, 
     except OSError as exc:
         return Finding("base", "fail", said(name, f"the base {base} cannot be hashed: {exc}"))
     data = {"adapter_base_sha256": manifest.base_sha256, "base_sha256": sha256}
-    if sha256 != manifest.base_sha256:
-        return Finding("base", "fail", said(name, f"trained on the base with sha256 {manifest.base_sha256}, but {base} "
-                                                  f"has sha256 {sha256}: not its base"), data)
+    mismatch = base_mismatch(manifest, sha256, str(base))
+    if mismatch is not None:
+        return Finding("base", "fail", said(name, mismatch), data)
     return Finding("base", "ok", f"{base} is its base (sha256 {sha256[:12]}…)", data)
 
 
