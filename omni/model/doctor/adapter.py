@@ -122,10 +122,7 @@ def head_finding(manifest: AdapterManifest, header: ShardHeader | None, hidden: 
         return Finding("joint head", "fail", said(name, f"{HEAD_FILE} cannot be read (above)"))
     comparison = layout.compare(expected, header.tensors)
     if not comparison.matches:
-        data = {"missing": comparison.missing, "mismatched": comparison.mismatched,
-                "unexpected": comparison.unexpected}
-        return Finding("joint head", "fail", said(name, f"{HEAD_FILE} does not match its head_config: "
-                                                        + problems(comparison)), data)
+        return mismatch("joint head", name, f"{HEAD_FILE} does not match its head_config: ", comparison)
     if hidden is not None and config.get("hidden_size") != hidden:
         return Finding("joint head", "fail", said(name, f"its head takes hidden_size {config.get('hidden_size')}, "
                                                         f"the base's hidden size is {hidden}"))
@@ -156,10 +153,7 @@ def lora_finding(adapter: Path, manifest: AdapterManifest, header: ShardHeader |
                                                   f"{', '.join(spec.targets)}"))
     comparison = layout.compare(expected, header.tensors)
     if not comparison.matches:
-        data = {"missing": comparison.missing, "mismatched": comparison.mismatched,
-                "unexpected": comparison.unexpected}
-        return Finding("lora", "fail", said(name, f"{LORA_WEIGHTS_FILE} does not fit the base thinker: "
-                                                  + problems(comparison)), data)
+        return mismatch("lora", name, f"{LORA_WEIGHTS_FILE} does not fit the base thinker: ", comparison)
     return Finding("lora", "ok", f"{len(expected)} tensors fit the base's text decoder (rank {spec.rank}, "
                    f"alpha {spec.alpha:g})")
 
@@ -186,6 +180,12 @@ def size_finding(manifest: AdapterManifest, headers: dict[str, ShardHeader], con
                          lora_dtype=lora_dtype, thinker=thinker)
     return Finding("size", "info", f"weights {gib(size.total_bytes)} (head {gib(size.head_bytes)}, LoRA "
                    f"{gib(size.lora_bytes)})", size.to_json())
+
+
+def mismatch(check: str, name: str, what: str, comparison: layout.Comparison) -> Finding:
+    """A failed comparison of tensors as a finding: `what`, then each kind of problem, the names in its data."""
+    data = {"missing": comparison.missing, "mismatched": comparison.mismatched, "unexpected": comparison.unexpected}
+    return Finding(check, "fail", said(name, what + problems(comparison)), data)
 
 
 def problems(comparison: layout.Comparison) -> str:
