@@ -10,7 +10,7 @@ reload and unload them and pair a shadow candidate with a live model, and the `-
 Admin role only. A name that is not served is 404 on these routes; a name already served is 409; a bad folder, a
 wrong base or a bad name is the registry's AdapterError (400, api/http/errors.py). Calls that load or free weights
 run in a worker thread (they wait for the model lock): the event loop never blocks on them.
-The registry is the engine's (`registry_of`): None when the model cannot load adapters or the engine is remote.
+The registry is the engine's (`ServingEngine.adapters`): None when the model cannot load adapters or the engine is remote.
 Knows nothing of the model's internals, the environment or argv.
 """
 from __future__ import annotations
@@ -38,11 +38,6 @@ NO_ADAPTERS = "this server serves no adapters (its model cannot load them, or it
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_role("admin"))])
 
 
-def registry_of(engine: ServingEngine) -> AdapterRegistry | None:
-    """The engine's adapter registry, once its model is in; None when it has none (or it is on Ray)."""
-    return engine.adapters
-
-
 def adapter_names(engine: ServingEngine, config: EngineConfig) -> tuple[str, ...]:
     """The adapters a request's `model` may name: the engine's model names (in-process or on Ray replicas) less the
     base's served name and aliases (`config`)."""
@@ -54,7 +49,7 @@ def model_cards(engine: ServingEngine, config: EngineConfig, base: dict[str, Any
     """/v1/models' entries of the adapters served beside `base` (the base's card): each its name, the base's name,
     mode, `release_date` (the day it was created), whether it is resident, and the base's context and limits (on
     Ray, where the gateway holds no registry, by name only)."""
-    registry = registry_of(engine)
+    registry = engine.adapters
     if registry is None:        # on Ray: the replicas' adapters, by name (each loaded where Ray routes it)
         return [{"name": name, "base": base["name"], "mode": None, "resident": False, "release_date": "",
                  "description": f"adapter of {base['name']}", "context": base["context"], "aliases": [],
@@ -76,7 +71,7 @@ def model_cards(engine: ServingEngine, config: EngineConfig, base: dict[str, Any
 def rescan(svc: ServiceState) -> dict[str, list[str]] | None:
     """Make the served adapters match `--adapters DIR` again (blocking: it may load weights) and log what changed;
     None when the server has no adapters folder."""
-    registry = registry_of(svc.engine)
+    registry = svc.engine.adapters
     if registry is None or registry.scan_dir is None:
         return None
     report = registry.rescan()
@@ -88,7 +83,7 @@ def rescan(svc: ServiceState) -> dict[str, list[str]] | None:
 
 def rescan_in_background(svc: ServiceState) -> threading.Thread | None:
     """`rescan` in a thread of its own (a signal handler must not wait for the model lock); None: nothing to scan."""
-    registry = registry_of(svc.engine)
+    registry = svc.engine.adapters
     if registry is None or registry.scan_dir is None:
         return None
     thread = threading.Thread(target=_rescan_logged, args=(svc,), name="adapters-rescan", daemon=True)
@@ -108,7 +103,7 @@ def _registry(request: Request) -> AdapterRegistry:
     svc = service(request)
     if not svc.engine.loaded:
         raise NotReady("the model is still loading")
-    registry = registry_of(svc.engine)
+    registry = svc.engine.adapters
     if registry is None:
         raise HTTPException(404, NO_ADAPTERS)
     return registry

@@ -24,7 +24,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.http import schemas
-from api.http.adapters import registry_of
 from api.http.adapters import router as adapters_router
 from api.http.admin import router as admin_router
 from api.http.cloudflare import router as cloudflare_router
@@ -205,7 +204,7 @@ def _announce(svc: ServiceState) -> None:
     info = svc.engine.info
     svc.metrics.set_model(info["name"], bool(info.get("tiny_default")))
     svc.metrics.watch_engine(svc.engine)
-    registry = registry_of(svc.engine)
+    registry = svc.engine.adapters
     if registry is not None:
         svc.metrics.watch_adapters(registry.stats, svc.engine.shadow_stats)
         log.info("adapters served: %s", ", ".join(registry.names()) or "none yet")

@@ -82,10 +82,12 @@ class Forward:
         live = [unit for unit in units if not unit.shadow]
         for unit, logits in zip(live, self._heads(live), strict=True):
             out[unit.record].extend(logits)                      # an isolated record's blocks in order
-        for n, record in enumerate(records):
-            shadow = [unit for unit in units if unit.shadow and unit.record == n]
-            record.shadow_units = shadow if record.selection.shadow is not None and not torch.is_grad_enabled() \
-                else None
+        shadow: list[list[_Unit]] = [[] for _ in records]
+        for unit in units:
+            if unit.shadow:
+                shadow[unit.record].append(unit)
+        for record, left in zip(records, shadow, strict=True):
+            record.shadow_units = left if record.selection.shadow is not None and not torch.is_grad_enabled() else None
         return out
 
     def shadow_logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:

@@ -54,15 +54,18 @@ class LoraSlots:
     def __init__(self, thinker: nn.Module):
         self.thinker = thinker
         self.bytes_by_key: dict[str, int] = {}
+        self._found: list[Any] | None = None     # the LoRA layers, found once per change (not per forward)
 
     def __contains__(self, key: object) -> bool:
         return key in self.bytes_by_key
 
     def _layers(self) -> list[Any]:
-        """The thinker's peft LoRA layers (typed Any: peft's layer methods are untyped)."""
-        from peft.tuners.lora import LoraLayer
+        """The thinker's peft LoRA layers (typed Any: peft's layer methods are untyped), found after each change."""
+        if self._found is None:
+            from peft.tuners.lora import LoraLayer
 
-        return [m for m in self.thinker.modules() if isinstance(m, LoraLayer)]
+            self._found = [m for m in self.thinker.modules() if isinstance(m, LoraLayer)]
+        return self._found
 
     def add(self, key: str, directory: str | Path, adapter: str) -> int:
         """Inject the peft adapter in `directory` under `key`; its resident bytes. AdapterError (naming `adapter`)
@@ -78,6 +81,7 @@ class LoraSlots:
             state = load_file(str(directory / "adapter_model.safetensors"))
         except (OSError, ValueError, TypeError) as exc:
             raise AdapterError(adapter, f"peft adapter files do not read: {exc}") from None
+        self._found = None
         try:
             inject_adapter_in_model(config, self.thinker, adapter_name=key)
         except (ValueError, RuntimeError) as exc:
@@ -129,10 +133,14 @@ class LoraSlots:
         self.bytes_by_key.pop(key, None)
 
     def _drop(self, key: str) -> None:
+        self._found = None                       # an injection that failed half-way may have added layers
         for layer in self._layers():
             if key in layer.lora_A or key in getattr(layer, "lora_B", {}):
                 layer.delete_adapter(key)
                 layer.set_adapter([])
+        self._forget_config(key)
+
+    def _forget_config(self, key: str) -> None:
         configs = getattr(self.thinker, "peft_config", None)
         if isinstance(configs, dict):
             configs.pop(key, None)
@@ -147,9 +155,8 @@ class LoraSlots:
             layer.merge(adapter_names=[key])
             parent, _, child = name.rpartition(".")
             setattr(self.thinker.get_submodule(parent), child, layer.get_base_layer())
-        configs = getattr(self.thinker, "peft_config", None)
-        if isinstance(configs, dict):
-            configs.pop(key, None)
+        self._found = None
+        self._forget_config(key)
         self.bytes_by_key.clear()
 
     @contextmanager

@@ -212,7 +212,7 @@ class DecisionEngine(Generic[RecordT]):
         audit = self._audit(record, batch_size, per_question) if request.audit or mode != "request" else None
         candidate = record.selection.shadow
         shadow = self._shadows.submit(record) if candidate is not None else None
-        return Decision(model=self.selector.answered_as(request, record.selection), answers=answers,
+        return Decision(model=self.selector.answered_as(record.selection), answers=answers,
                         usage=Usage(record.num_tokens, 0), shadow=shadow,
                         truncated_state_tokens=record.truncated_state_tokens,
                         truncated_state_chars=record.truncated_state_chars,
@@ -250,7 +250,7 @@ class DecisionEngine(Generic[RecordT]):
             cache=dict(record.cache))
         decided_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
         return AuditRecord(model=dataclasses.replace(evidence.model,
-                                                     id=self.selector.answered_as(record.request, record.selection)),
+                                                     id=self.selector.answered_as(record.selection)),
                            calibration=evidence.calibration, prompt=evidence.prompt, media=evidence.media,
                            runtime=runtime, request_id=record.request.request_id,
                            decided_at=decided_at.replace("+00:00", "Z"),

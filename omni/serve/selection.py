@@ -66,7 +66,7 @@ class Selector:
     def is_base(self, name: str | None) -> bool:
         return name is None or name.strip() in self.base_names
 
-    def answered_as(self, request: DecisionRequest, selection: Selection) -> str:
+    def answered_as(self, selection: Selection) -> str:
         """The `model` a response names: the adapter's name, else the base's served name."""
         return selection.adapter.name if selection.adapter is not None else self.served_name
 
