@@ -33,14 +33,20 @@ class Recorder:
         self.counts[kind] += 1
 
 
-def test_records_are_scored_together_once_a_batch_is_full_or_the_oldest_waited():
+def test_records_are_scored_together_once_a_batch_is_full():
     recorder = Recorder()
-    scorer = ShadowScorer(recorder.score, recorder.count, batch_records=4, gather_s=0.2)
-    futures = [scorer.submit(i / 10) for i in range(4)]                       # a full batch: at once
+    scorer = ShadowScorer(recorder.score, recorder.count, batch_records=4, gather_s=600.0)   # never by waiting
+    futures = [scorer.submit(i / 10) for i in range(4)]
     assert [f.result(5).answers["q"]["noul"] for f in futures] == [0.0, 0.1, 0.2, 0.3]
-    late = scorer.submit(0.9)                                                 # alone: after gather_s
-    assert late.result(5).probabilities == {"q": {"true": 0.9}}
-    assert [len(b) for b in recorder.batches] == [4, 1] and recorder.counts == {"same_forward": 5}
+    assert [len(b) for b in recorder.batches] == [4] and recorder.counts == {"same_forward": 4}
+    scorer.stop()
+
+
+def test_a_record_alone_is_scored_once_it_waited_the_gather_time():
+    recorder = Recorder()
+    scorer = ShadowScorer(recorder.score, recorder.count, batch_records=4, gather_s=0.01)
+    assert scorer.submit(0.9).result(5).probabilities == {"q": {"true": 0.9}}
+    assert [len(b) for b in recorder.batches] == [1] and recorder.counts == {"same_forward": 1}
     scorer.stop()
 
 
