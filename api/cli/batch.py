@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from api.cli.decide import add_adapter_flag, add_torch_threads_flag
+from api.cli.decide import add_adapter_flag, add_quantize_flag, add_torch_threads_flag
 from omni.contract.config import EngineConfig
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--model", help="checkpoint directory or hub id (default: the embedded tiny demo model)")
     model.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     model.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
+    add_quantize_flag(model)
     add_torch_threads_flag(model)
     add_adapter_flag(model, "serve the adapter folder PATH as model NAME beside the model (repeatable; each line's "
                             "`model` selects one)")
@@ -120,7 +121,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"{args.input}: no such file"
     if args.concurrency is not None and args.concurrency < 1:
         return "--concurrency must be at least 1"
-    model_flags = [f"--{name.replace('_', '-')}" for name in ("model", "device", "dtype", "torch_threads",
+    model_flags = [f"--{name.replace('_', '-')}" for name in ("model", "device", "dtype", "quantize", "torch_threads",
                                                              "max_batch_records", "adapter")
                    if getattr(args, name) is not None]
     model_flags += ["--policy"] if args.url and args.policy else []
@@ -133,7 +134,7 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The flags over the defaults (as `omni decide`); the queue always holds every line in flight."""
-    overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype,
+    overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "quantize": args.quantize,
                  "torch_threads": args.torch_threads, "max_batch_records": args.max_batch_records,
                  "adapters": tuple(args.adapter) if getattr(args, "adapter", None) else None}
     # every record carries its decision's audit record (audit="always": the engine shows it, the runner files it)

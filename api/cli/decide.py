@@ -31,6 +31,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence", default=None, choices=["clef", "typesafe"],
                         help="confidence formula for choice/score answers (default clef = p_max)")
     parser.add_argument("--max-context-tokens", type=int, default=None)
+    add_quantize_flag(parser)
     add_torch_threads_flag(parser)
 
 
@@ -41,6 +42,16 @@ def add_torch_threads_flag(parser: argparse.ArgumentParser | argparse._ArgumentG
                         help="torch's CPU threads (default 0: sized from the CPUs this process may use, less the "
                              "media decoders', at least 1)")
     parser.add_argument("--threads", type=int, dest="torch_threads", help=argparse.SUPPRESS)   # deprecated name
+
+
+QUANTIZE_HELP = ("quantize the text layers while loading: none, int8, fp8, nf4 (4-bit) or int4 (CUDA only); default: "
+                 "as the checkpoint is stored (docs/quantization.md)")
+
+
+def add_quantize_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--quantize SCHEME` (EngineConfig.quantize), the same on every command that loads the model here."""
+    parser.add_argument("--quantize", default=None, metavar="SCHEME",
+                        choices=("none", "int8", "fp8", "nf4", "int4"), help=QUANTIZE_HELP)
 
 
 def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +111,7 @@ def engine_config_from_args(args: argparse.Namespace, base: EngineConfig | None 
     """CLI flags override the settings-derived base config, field by field."""
     config = base or EngineConfig()
     overrides = {"model_path": args.model, "device": args.device, "dtype": args.dtype, "confidence": args.confidence,
+                 "quantize": args.quantize,
                  "max_context_tokens": args.max_context_tokens, "torch_threads": args.torch_threads,
                  "adapters": tuple(getattr(args, "adapter", None) or ()) or None}
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def add_model_flags(parser: argparse.ArgumentParser,
                     model_help: str = "checkpoint directory or hub id (default: the embedded tiny default)") -> None:
     """The flags of a command that loads the model in-process (`omni eval`, `omni calibrate`, `omni policy ...`)."""
-    from api.cli.decide import add_torch_threads_flag
+    from api.cli.decide import add_quantize_flag, add_torch_threads_flag
 
     parser.add_argument("--model", help=model_help)
     parser.add_argument("--adapter", metavar="DIR", default=None,
@@ -31,6 +31,7 @@ def add_model_flags(parser: argparse.ArgumentParser,
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--batch-size", type=int, default=4, help="records per forward pass (default 4)")
+    add_quantize_flag(parser)
     add_torch_threads_flag(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -58,7 +59,7 @@ def learn_config(args: argparse.Namespace) -> EngineConfig:
     from omni.contract.config import EngineConfig
 
     return EngineConfig(model_path=args.model, device=args.device or "auto", dtype=args.dtype or "auto",
-                        torch_threads=args.torch_threads or 0)
+                        torch_threads=args.torch_threads or 0, quantize=getattr(args, "quantize", None))
 
 
 def dataset_file(path: str) -> Path:

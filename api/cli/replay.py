@@ -120,7 +120,7 @@ def _select(args: argparse.Namespace) -> tuple[set[tuple[str, int]], JSONObject 
 
 def engine_config(args: argparse.Namespace, first: JSONObject) -> EngineConfig:
     """The flags over what the first record was decided with (model, dtypes, calibration)."""
-    from omni.contract.config import EngineConfig
+    from omni.contract.config import QUANTIZE_CHOICES, EngineConfig
 
     model, runtime = _object(first.get("model")), _object(first.get("runtime"))
     source = model.get("source")
@@ -133,6 +133,7 @@ def engine_config(args: argparse.Namespace, first: JSONObject) -> EngineConfig:
         "model_path": model_path, "device": args.device, "torch_threads": args.torch_threads,
         "dtype": args.dtype or (backbone_dtype if backbone_dtype in RECORD_DTYPES else None),
         "head_dtype": head_dtype if head_dtype in RECORD_DTYPES else None, "calibration": calibration,
+        "quantize": runtime.get("quantization") if runtime.get("quantization") in QUANTIZE_CHOICES else None,
         "audit": "record", "max_batch_records": args.batch_size}
     return replace(EngineConfig(), **{key: value for key, value in overrides.items() if value is not None})
 

@@ -81,6 +81,7 @@ class RuntimeAudit:
     batch_size: int                    # records in the forward this decision ran in
     chunked: bool                      # its prefix was prefilled a chunk at a time
     cache: dict[str, str] = field(default_factory=dict)   # media / prefix: hit, partial, miss
+    quantization: str = "none"         # the text layers' scheme (omni.model.quantize); absent on the wire when none
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class ModelEvidence:
     device: str
     backbone_dtype: str
     head_dtype: str
+    quantization: str = "none"
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class AuditRecord:
         wire["media"] = [asdict(m) for m in self.media]
         if self.model.adapter is None:          # the base answered: the record reads as it did before adapters
             del wire["model"]["adapter"]
+        if self.runtime.quantization == "none":  # unquantized: the record reads as it did before quantization
+            del wire["runtime"]["quantization"]
         return wire
 
 

@@ -15,6 +15,7 @@ from preprocess.media import MediaLimits
 CONFIDENCE_FORMULAS = ("clef", "typesafe")
 AUDIT_MODES = ("request", "record", "always")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZE_CHOICES = ("none", "int8", "fp8", "nf4", "int4")   # omni.model.quantize.SCHEMES (a test keeps them equal)
 _AT_LEAST_ONE = ("max_context_tokens", "max_questions", "max_question_id_chars", "max_batch_records",
                  "max_batch_tokens", "max_queue", "decode_threads", "max_adapters")
 _AT_LEAST_TWO = ("max_choice_options", "max_score_levels")
@@ -32,6 +33,8 @@ class EngineConfig:
     device: str = "auto"                    # auto: cuda if available else cpu
     head_dtype: str = "float32"             # the head runs in float32 by default (the reference uses bf16)
     attn_implementation: str = "sdpa"
+    quantize: str | None = None             # the text layers' scheme (docs/quantization.md); None = as the checkpoint
+                                            # is stored (a pre-quantized one's own scheme, else none)
     torch_threads: int = 0                  # intra-op CPU threads for torch (process-wide); 0 = sized when the
                                             # engine starts: the CPUs this process may use (affinity, cgroup quota)
                                             # less decode_threads, at least 1 (omni/serve/cpus.py)
@@ -72,6 +75,8 @@ class EngineConfig:
             for name in names:
                 if getattr(self, name) < low:
                     raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        if self.quantize is not None and self.quantize not in QUANTIZE_CHOICES:
+            raise ConfigError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {self.quantize!r}")
         if self.decode_threads > MAX_DECODE_THREADS:
             raise ConfigError(f"decode_threads must be <= {MAX_DECODE_THREADS}, got {self.decode_threads}")
         if not self.request_timeout_s > 0:

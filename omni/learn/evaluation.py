@@ -70,7 +70,7 @@ def collect_logits(model: DecisionModel[RecordT], records: Sequence[LabelledRequ
             except (OmniError, MediaError) as exc:    # bad media, context too long, unknown model …
                 problems.append((record.line, f"{type(exc).__name__}: {exc}"))
         if prepared:
-            with torch.inference_mode():
+            with model.grad_off():
                 per_record = model.logits(prepared)
             for record, logits in zip(kept, per_record, strict=True):
                 scored.extend(_score_record(record, logits))

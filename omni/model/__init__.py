@@ -9,6 +9,8 @@
     chunked.py      a long prefix prefilled a chunk at a time
     checkpoint.py   where a checkpoint directory comes from (dir, hub id, embedded default), its files, release date
     backbone.py     the Qwen3-Omni thinker: strict load, one prefill, caches to continue from
+    chunk_cache.py  the key/value cache layers a prefill fills (one preallocated for chunked prefill)
+    quantize.py     --quantize schemes (bitsandbytes / torchao) for the text layers; a checkpoint's stored scheme
     attention.py    the causal SDPA the text layers run (also continuing a cache), maskless
     head.py         Clef's joint-schema head (§3 math), batched
     prompt.py       the reference prompt and its spans; state truncation

@@ -9,6 +9,8 @@ answers or HTTP; it sees token ids, model-ready media tensors and per-record len
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,15 +20,15 @@ import torch
 from torch import nn
 
 from omni.contract.errors import CheckpointError
-from omni.model import attention
+from omni.model import attention, quantize
 from omni.model.checkpoint import check_mrope_section
+from omni.model.chunk_cache import layer_kv, preallocated_layer
 from omni.model.lora import LoraSlots
 from preprocess.processor import media_on_device
 
 if TYPE_CHECKING:
     from peft import PeftModel
     from transformers import Cache, Qwen3OmniMoeThinkerForConditionalGeneration
-    from transformers.cache_utils import DynamicLayer
 
 log = logging.getLogger(__name__)
 
@@ -104,40 +106,55 @@ class Backbone:
     """A loaded thinker: `hidden_states(records)` → one [T_i, H] tensor per record, in one forward."""
 
     def __init__(self, thinker: Qwen3OmniMoeThinkerForConditionalGeneration, lexical_table: torch.Tensor, device: str,
-                 dtype: torch.dtype):
+                 dtype: torch.dtype, quantization: str = "none"):
         self.thinker = thinker
         self.peft_model: PeftModel | None = None    # LoRA adapters around the thinker while fine-tuning injects them
         self.lora = LoraSlots(thinker)              # served LoRA adapters: `lora.rows(keys)` applies keys[b] to row b
         self.lexical_table = lexical_table          # [V, H], the original untied lm_head weight
         self.device, self.dtype = device, dtype
+        self.quantization = quantization            # the text layers' scheme (omni.model.quantize)
         self.hidden_size = int(lexical_table.shape[1])
 
     @classmethod
     def load(cls, directory: Path, dtype: str = "auto", device: str = "auto",
-             attn_implementation: str = "sdpa") -> Backbone:
-        from transformers import AutoConfig, Qwen3OmniMoeForConditionalGeneration
+             attn_implementation: str = "sdpa", quantization: str | None = None) -> Backbone:
+        """`quantization`: a scheme of `omni.model.quantize` for the text layers; None = as the checkpoint is stored
+        (a pre-quantized checkpoint's own scheme, else none)."""
+        from transformers import AutoConfig
 
         device = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, device)
         config = AutoConfig.from_pretrained(directory)
         config.enable_audio_output = False
         check_mrope_section(config)
+        stored = quantize.stored_scheme(config)
+        scheme = quantize.resolve(quantization, stored, directory)
+        quantize.check_usable(scheme, device)
+        # a pre-quantized checkpoint brings its library config in config.json; only the experts' forward is ours
+        options = quantize.loading_arguments(scheme, torch_dtype)
+        if stored is not None:
+            options.pop("quantization_config", None)
         try:
             # with output_loading_info=True it returns (model, info), which its annotation does not say
-            loaded: Any = Qwen3OmniMoeForConditionalGeneration.from_pretrained(
+            loaded: Any = _loadable_class().from_pretrained(
                 directory, config=config, dtype=torch_dtype, output_loading_info=True, ignore_mismatched_sizes=True,
-                attn_implementation=attn_implementation, device_map={"": device})
+                attn_implementation=attn_implementation, device_map={"": device}, **options)
             model, info = loaded
         except (OSError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"could not load the backbone from {directory}: {exc}") from exc
+            raise CheckpointError(f"could not load the backbone ({scheme}) from {directory}: {exc}") from exc
         _check_loading_info(info)
         thinker = model.thinker.eval()
+        quantize.finish(thinker, scheme)
         if attn_implementation == "sdpa":       # the text layers: causal SDPA that also continues caches, maskless
             thinker.set_attn_implementation({"text_config": attention.register()})
         lexical_table = thinker.lm_head.weight.detach()
         thinker.lm_head = nn.Identity()        # hidden states out; its weight is kept as the lexical table
         thinker.requires_grad_(False)
-        return cls(thinker, lexical_table, device, torch_dtype)
+        return cls(thinker, lexical_table, device, torch_dtype, scheme)
+
+    def grad_off(self) -> contextlib.AbstractContextManager[Any]:
+        """The grad mode answers run in: inference_mode, or no_grad where the quantized weights need it."""
+        return quantize.grad_off(self.quantization)
 
     @property
     def media_timing(self) -> MediaTiming:
@@ -206,7 +223,7 @@ class Backbone:
     def prefix_kv(cache: Cache, row: int, length: int) -> KV:
         """Row `row`'s keys and values for its first `length` positions, per layer (copies: [1, heads, P, d])."""
         return tuple((keys[row:row + 1, :, :length].clone(), values[row:row + 1, :, :length].clone())
-                     for keys, values in map(_layer_kv, cache.layers))
+                     for keys, values in map(layer_kv, cache.layers))
 
     def chunk_cache(self, capacity: int) -> Cache:
         """An empty key/value cache for one record's prefill in chunks, room for `capacity` positions per layer."""
@@ -214,7 +231,7 @@ class Backbone:
 
         config: Any = self.thinker.config      # transformers types its nested sub-configs loosely
         layers = int(config.text_config.num_hidden_layers)
-        return Cache(layers=[_preallocated_layer(capacity) for _ in range(layers)])
+        return Cache(layers=[preallocated_layer(capacity) for _ in range(layers)])
 
     def prefill_chunk(self, cache: Cache, input_ids: torch.Tensor, position_ids: torch.Tensor,
                       media: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -228,7 +245,7 @@ class Backbone:
     @staticmethod
     def cached_kv(cache: Cache) -> KV:
         """The keys/values a chunked prefill left in its cache (views of its buffers: no copy)."""
-        return tuple(map(_layer_kv, cache.layers))
+        return tuple(map(layer_kv, cache.layers))
 
     def continue_from(self, kv: KV, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Prefill tokens that follow a cached prefix: input_ids [K, S] (right-padded), position_ids [3, K, S], the
@@ -244,43 +261,20 @@ class Backbone:
         return output.last_hidden_state
 
 
-def _layer_kv(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """A cache layer's keys and values (the thinker's text layers are all full-attention layers that have them)."""
-    return layer.keys, layer.values
+@functools.cache
+def _loadable_class() -> Any:
+    """Qwen3-Omni's top-level class with the embedding accessors quantizers ask for (transformers leaves them
+    unimplemented on this composite model, and its torchao quantizer calls `get_input_embeddings`)."""
+    from transformers import Qwen3OmniMoeForConditionalGeneration
 
+    class ClefOmniForConditionalGeneration(Qwen3OmniMoeForConditionalGeneration):
+        def get_input_embeddings(self) -> nn.Module:
+            return self.thinker.get_input_embeddings()
 
-def _preallocated_layer(capacity: int) -> DynamicLayer:
-    """A transformers cache layer whose keys/values live in one buffer of a known final length: appending a chunk
-    copies only the chunk (the default layer's growing `torch.cat` copies everything so far at every chunk)."""
-    from transformers.cache_utils import DynamicLayer
+        def get_output_embeddings(self) -> nn.Module:
+            return self.thinker.lm_head
 
-    class PreallocatedLayer(DynamicLayer):
-        is_croppable = False
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.length = 0
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.dtype, self.device = key_states.dtype, key_states.device
-                self._keys = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
-                self._values = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
-                self.is_initialized = True
-            end = self.length + key_states.shape[-2]
-            if end > capacity:
-                raise RuntimeError(f"chunked prefill past its cache's capacity ({end} > {capacity})")
-            self._keys[:, :, self.length:end] = key_states
-            self._values[:, :, self.length:end] = value_states
-            self.length = end
-            self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self.length
-
-    return PreallocatedLayer()
+    return ClefOmniForConditionalGeneration
 
 
 def _concat_media(per_record: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -40,9 +40,12 @@ class ChunkedPrefill:
             return 0
         return record.prefix_len - (record.progress.done if record.progress is not None else 0)
 
-    @torch.inference_mode()
     def step(self, record: PreparedRecord) -> bool:
         """Prefill the next chunk of the record's prefix; True once the prefix is complete."""
+        with self.backbone.grad_off():
+            return self._step(record)
+
+    def _step(self, record: PreparedRecord) -> bool:
         if record.progress is None:
             self.inputs.complete(record)
             record.progress = PrefixProgress(self.backbone.chunk_cache(record.prefix_len))

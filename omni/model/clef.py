@@ -16,7 +16,9 @@ Knows nothing of HTTP, queues, answers' wire shape or the environment.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -78,11 +80,12 @@ class ClefModel:
              attn_implementation: str = "sdpa", tiny_default: bool = False, max_context_tokens: int = 64_000,
              media_limits: MediaLimits = MediaLimits(), media_cache_bytes: int = 0, prefix_cache_bytes: int = 0,
              isolation: str = "joint", prefill_chunk_tokens: int = 0, cache_dir: str | None = None,
-             decode_threads: int = 1) -> ClefModel:
+             decode_threads: int = 1, quantization: str | None = None) -> ClefModel:
         """A checkpoint directory in the released layout, loaded strictly (`omni.model.loading`). Caches and chunked
         prefill are off unless given (`from_config` gives the config's)."""
         loaded = load_checkpoint(directory, dtype=dtype, device=device, head_dtype=head_dtype,
-                                 attn_implementation=attn_implementation, tiny_default=tiny_default)
+                                 attn_implementation=attn_implementation, tiny_default=tiny_default,
+                                 quantization=quantization)
         return cls(loaded.backbone, loaded.head, loaded.parts, loaded.source, max_context_tokens=max_context_tokens,
                    media_limits=media_limits, media_cache_bytes=media_cache_bytes,
                    prefix_cache_bytes=prefix_cache_bytes, isolation=isolation,
@@ -127,8 +130,14 @@ class ClefModel:
     def logits(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         return self.forward.logits(records)
 
-    @torch.inference_mode()
+    def grad_off(self) -> AbstractContextManager[Any]:
+        return self.backbone.grad_off()
+
     def probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
+        with self.backbone.grad_off():
+            return self._probabilities(records)
+
+    def _probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         per_record = self.logits(records)
         return [option_probabilities(self._calibrated(record, logits, record.selection.adapter))
                 for record, logits in zip(records, per_record, strict=True)]
@@ -173,7 +182,8 @@ class ClefModel:
                                          calibration.buckets(record.request)) if calibration is not None else None,
             prompt=record.prompt_audit,
             media=record.media_audit, software=software_versions(), device=str(self.backbone.device),
-            backbone_dtype=dtype_name(self.backbone.dtype), head_dtype=dtype_name(self.head.hidden_norm.weight.dtype))
+            backbone_dtype=dtype_name(self.backbone.dtype), head_dtype=dtype_name(self.head.hidden_norm.weight.dtype),
+            quantization=self.backbone.quantization)
 
     # ------------------------------------------------------------------------------------------------- caches
     def cache_stats(self) -> dict[str, CacheStats]:

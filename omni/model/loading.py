@@ -40,7 +40,7 @@ class LoadedCheckpoint:
 
 def load_checkpoint(directory: str | Path, *, dtype: str = "auto", device: str = "auto",
                     head_dtype: str = "float32", attn_implementation: str = "sdpa",
-                    tiny_default: bool = False) -> LoadedCheckpoint:
+                    tiny_default: bool = False, quantization: str | None = None) -> LoadedCheckpoint:
     """A checkpoint directory in the released layout, loaded strictly (CheckpointError naming what is wrong)."""
     directory = Path(directory)
     check_checkpoint_files(directory)
@@ -48,7 +48,8 @@ def load_checkpoint(directory: str | Path, *, dtype: str = "auto", device: str =
         parts = load_processor_parts(directory)
     except ProcessorConfigError as exc:
         raise CheckpointError(str(exc)) from exc
-    backbone = Backbone.load(directory, dtype=dtype, device=device, attn_implementation=attn_implementation)
+    backbone = Backbone.load(directory, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                             quantization=quantization)
     head = load_joint_head(directory, backbone.device, getattr(torch, head_dtype))
     if head.hidden_size != backbone.hidden_size:
         raise CheckpointError(f"joint head hidden_size {head.hidden_size} != backbone hidden size "
@@ -60,7 +61,8 @@ def model_options(config: EngineConfig) -> dict[str, Any]:
     """`ClefModel.load`'s keyword arguments for `config`: precision, device, context, media limits, caches,
     isolation, chunked prefill and the threads that decode media."""
     return {"dtype": config.dtype, "device": config.device, "head_dtype": config.head_dtype,
-            "attn_implementation": config.attn_implementation, "max_context_tokens": config.max_context_tokens,
+            "attn_implementation": config.attn_implementation, "quantization": config.quantize,
+            "max_context_tokens": config.max_context_tokens,
             "media_limits": config.media, "tiny_default": config.model_path is None,
             "media_cache_bytes": int(config.media_cache_mb * MiB),
             "prefix_cache_bytes": int(config.prefix_cache_mb * MiB), "isolation": config.isolation,

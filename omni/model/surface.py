@@ -15,6 +15,7 @@ training loops or the environment.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -92,6 +93,11 @@ class DecisionModel(Protocol[RecordT]):
 
     def probabilities(self, records: Sequence[RecordT]) -> list[list[torch.Tensor]]:
         """Per record, per question: calibrated float32 probabilities in the head's (prompt) option order."""
+        ...
+
+    def grad_off(self) -> AbstractContextManager[Any]:
+        """The grad mode `logits` should run in when no gradient is wanted (inference_mode unless the weights'
+        quantization needs no_grad)."""
         ...
 
     def needs_chunks(self, record: RecordT) -> bool:

@@ -247,7 +247,7 @@ class DecisionEngine(Generic[RecordT]):
             torch=software["torch"] or "", transformers=software["transformers"] or "", pyav=software["pyav"] or "",
             ffmpeg=software["ffmpeg"] or "", device=evidence.device, backbone_dtype=evidence.backbone_dtype,
             head_dtype=evidence.head_dtype, batch_size=batch_size, chunked="prefill_chunks" in record.timings_ms,
-            cache=dict(record.cache))
+            cache=dict(record.cache), quantization=evidence.quantization)
         decided_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
         return AuditRecord(model=dataclasses.replace(evidence.model,
                                                      id=self.selector.answered_as(record.selection)),

@@ -105,6 +105,9 @@ class FakeModel:
             raise RuntimeError("device fault in the fake forward")
         return [[torch.full((len(q.options),), 1.0 / len(q.options)) for q in r.request.questions] for r in records]
 
+    def grad_off(self) -> torch.inference_mode:
+        return torch.inference_mode()
+
     def needs_chunks(self, record: FakeRecord) -> bool:
         return False
 
