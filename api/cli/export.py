@@ -1,5 +1,6 @@
 """`omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a decision log;
 `omni export checkpoint MODEL --out DIR [--max-shard-size 5GB]`: a checkpoint in the released layout;
+`omni export checkpoint MODEL --quantize SCHEME --out DIR`: a pre-quantized checkpoint (omni.model.quantized_export);
 `omni export --merge ADAPTER --base DIR --out DIR`: an adapter folder and its base made one whole checkpoint.
 
 statements: reads the log (`omni.serve.decision_log_files.read_records`), the map
@@ -56,6 +57,10 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     checkpoint.add_argument("--max-shard-size", type=byte_size, default="5GB", metavar="SIZE",
                             help="the largest weight file: bytes, or with a unit (KB, MB, GB; KiB, MiB, GiB); "
                                  "default 5GB as released")
+    checkpoint.add_argument("--quantize", default=None, metavar="SCHEME", choices=("int8", "fp8", "nf4", "int4"),
+                            help="write it pre-quantized (int8, fp8, nf4; int4 on a CUDA GPU), as the library saves "
+                                 "it: `--model DIR` then loads it quantized (docs/quantization.md)")
+    checkpoint.add_argument("--device", default="auto", help="where to quantize (default: cuda if available)")
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
@@ -101,12 +106,25 @@ def run_export_checkpoint(args: argparse.Namespace) -> int:
     from omni.model.export import export_checkpoint
     from omni.model.shards import INDEX_FILE
 
+    if args.quantize is not None:
+        return run_export_quantized(args)
     out = export_checkpoint(resolve_checkpoint_dir(args.model), args.out, args.max_shard_size)
     index = json.loads((out / INDEX_FILE).read_text())
     shards = sorted(set(index["weight_map"].values()))
     print(f"omni export: {len(index['weight_map'])} backbone tensors ({index['metadata']['total_size']:,} bytes) in "
           f"{len(shards)} shard{'s' if len(shards) != 1 else ''} with {INDEX_FILE}, the joint head and its config, "
           f"the processor config in {out}", file=sys.stderr)
+    return 0
+
+
+def run_export_quantized(args: argparse.Namespace) -> int:
+    from omni.model.checkpoint import resolve_checkpoint_dir
+    from omni.model.quantized_export import export_quantized
+
+    out = export_quantized(resolve_checkpoint_dir(args.model), args.out, args.quantize, args.device)
+    size = sum(p.stat().st_size for p in out.glob("*.safetensors") if p.name != "joint_head.safetensors")
+    print(f"omni export: {args.model} quantized as {args.quantize} ({size:,} bytes of backbone weights) in {out}: "
+          f"`omni decide --model {out}` loads it quantized", file=sys.stderr)
     return 0
 
 

@@ -20,6 +20,13 @@ written, served beside the model (`EngineConfig(adapters=...)`, `start()` / `sub
 requests spread over all 8 is timed against the same stream all to one (realsize_adapters.py): one JSON line
 (`"adapters_case": true`) and $OUT/realsize_adapters.json. A device call for it alone, after the wheels as above:
     python3 benchmarks/device/realsize.py --cases a --adapters 8 2>&1 | tee $OUT/realsize.txt
+Quantization (issue 33; `--quantize none,int8,fp8,nf4,int4`, default none): each scheme in turn is built, its text
+layers quantized in place by the libraries loading would use (`omni.model.quantize.quantize_built`: torchao's
+`quantize_`, bitsandbytes' Linear4bit and `replace_parameter_4bit` for the fused experts), and the cases run on it
+within an equal share of the budget left; each row names its scheme and the weights' GiB (memory allocated after
+quantizing). A scheme this machine cannot run (int4 without CUDA, a library missing) is listed as skipped. For
+bf16 vs int8 vs nf4 vs fp8 side by side on the H200, after the wheels (torchao and bitsandbytes among them) as above:
+    python3 benchmarks/device/realsize.py --cases ad --adapters 0 --quantize none,int8,fp8,nf4 2>&1 | tee $OUT/q.txt
 
 What it builds: the Qwen3-Omni-30B-A3B thinker with the released shapes (clef-reference §1.2, qwen-omni-notes §5:
 48 MoE layers of hidden 2048, 128 experts top-8, vocab 152,064; the 27-block vision and 32-layer audio towers;
@@ -72,6 +79,7 @@ from realsize_report import environment, result_row, write_report
 from fixtures.media import image_bytes, video_bytes, wav_bytes
 from omni.contract.config import EngineConfig
 from omni.contract.request import parse_request
+from omni.model import quantize
 from omni.model.clef import ClefModel
 from omni.model.tiny import write_checkpoint
 from omni.serve.engine import DecisionEngine
@@ -124,6 +132,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="CPU threads for torch; default 0 (torch's own) with CUDA, 1 on CPU (a shared CPU stalls "
                              "spinning threads)")
+    parser.add_argument("--quantize", default="none", type=schemes, metavar="SCHEMES",
+                        help="comma list of --quantize schemes, each built, quantized and measured in turn (e.g. "
+                             "none,int8,fp8,nf4; int4 needs CUDA); default none")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="output folder (default $OUT, else a temp dir)")
     args = parser.parse_args(argv)
     args.device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -139,6 +150,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.budget_s = args.budget_s or (600.0 if args.dry_run else 420.0)
     args.out = Path(args.out or tempfile.mkdtemp(prefix="realsize-"))
     return args
+
+
+def schemes(text: str) -> list[str]:
+    """`none,int8,nf4` -> the schemes, each one of omni.model.quantize.SCHEMES (argparse's type)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in quantize.SCHEMES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma list of {', '.join(quantize.SCHEMES)}")
+    return names
 
 
 # --------------------------------------------------------------------------------------------------- the workload
@@ -270,14 +290,21 @@ def run_case(case: Case, engine: DecisionEngine, forwards: ForwardLog, flops: Fl
 
 
 # -------------------------------------------------------------------------------------------------------- the run
-def build(args, directory: Path) -> tuple[DecisionEngine, DecisionEngine, FlopModel, ForwardLog, dict, object]:
-    """The random model, the cold and warm engines, the FLOP model, the forward log, the environment line and the
-    checkpoint's tokenizer."""
+def build(args, directory: Path, scheme: str = "none") -> tuple[DecisionEngine, DecisionEngine, FlopModel, ForwardLog,
+                                                                dict, object]:
+    """The random model (its text layers quantized with `scheme`), the cold and warm engines, the FLOP model, the
+    forward log, the environment line and the checkpoint's tokenizer."""
     parts = load_processor_parts(write_checkpoint(directory))
     started = time.monotonic()
     backbone, head = build_model(args, SHAPES[args.size], parts)
+    quantize.quantize_built(backbone.thinker, scheme, backbone.dtype)     # the libraries loading would use
+    backbone.quantization = scheme
     build_s = time.monotonic() - started
-    weights = torch.cuda.memory_allocated() / GiB if args.device.startswith("cuda") else None
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        weights = torch.cuda.memory_allocated() / GiB
+    else:
+        weights = quantize.weight_bytes(backbone.thinker) / GiB
     flops = FlopModel(backbone.thinker, head, backbone.lexical_table)
     forwards = ForwardLog(backbone.thinker.model)
     base = EngineConfig(device=args.device, dtype=args.dtype, head_dtype=args.head_dtype,
@@ -290,7 +317,7 @@ def build(args, directory: Path) -> tuple[DecisionEngine, DecisionEngine, FlopMo
         backbone.thinker.set_experts_implementation("eager")
         cold = make_engine(backbone, head, parts, directory, replace(base, media_cache_mb=0), args.device)
     warm = make_engine(backbone, head, parts, directory, base, args.device)
-    env = environment(args, flops, backbone, build_s, weights)
+    env = {**environment(args, flops, backbone, build_s, weights), "quantize": scheme}
     log(f"built in {build_s:.1f} s: {json.dumps(env)}")
     return cold, warm, flops, forwards, env, parts.tokenizer
 
@@ -351,6 +378,30 @@ def run_adapters(cold: DecisionEngine, tokenizer, plan: Plan, args, directory: P
     return row
 
 
+def usable_here(scheme: str, device: str) -> str | None:
+    """Why `scheme` is skipped on `device` (its library missing, or a GPU it needs), None when it runs."""
+    try:
+        quantize.check_usable(scheme, device)
+    except quantize.QuantizationError as exc:
+        log(f"[{scheme}] skipped: {exc}")
+        return f"[{scheme}] entirely: {exc}"
+    return None
+
+
+def share_of_budget(budget_s: float, schemes_left: int) -> float:
+    """The budget deadline for the next scheme: an equal share of the time left among the schemes still to run."""
+    return budget_s - time_left(budget_s) + time_left(budget_s) / max(1, schemes_left)
+
+
+def free(device: str) -> None:
+    """Let a scheme's model go before the next is built (its engines are the last references)."""
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build, run every case, print and write the report."""
     args = parse_args(argv)
@@ -359,13 +410,24 @@ def main(argv: list[str] | None = None) -> int:
         f"output {args.out}")
     if args.dry_run:
         real_shapes_on_meta()
+    rows: list[dict] = []
+    skipped = [why for why in map(usable_here, args.quantize, [args.device] * len(args.quantize)) if why]
+    runnable = [scheme for scheme in args.quantize if not any(why.startswith(f"[{scheme}]") for why in skipped)]
     with tempfile.TemporaryDirectory(prefix="realsize-ckpt-") as tmp:
-        cold, warm, flops, forwards, env, tokenizer = build(args, Path(tmp))
-        cases = make_cases(plan, tokenizer, make_media(plan), args.cases, args.rounds_scale)
-        rows, skipped = run_all(cases, cold, warm, flops, forwards, tokenizer, env, args, plan.warmups)
-        print(write_report(args.out, env, rows, skipped), flush=True)
-        if args.adapters:
-            run_adapters(cold, tokenizer, plan, args, Path(tmp))
+        for number, scheme in enumerate(runnable):
+            cold, warm, flops, forwards, env, tokenizer = build(args, Path(tmp), scheme)
+            cases = make_cases(plan, tokenizer, make_media(plan), args.cases, args.rounds_scale)
+            budget, args.budget_s = args.budget_s, share_of_budget(args.budget_s, len(runnable) - number)
+            scheme_rows, scheme_skipped = run_all(cases, cold, warm, flops, forwards, tokenizer, env, args,
+                                                  plan.warmups)
+            args.budget_s = budget
+            rows += [{**row, "quantize": scheme, "weights_gib": env["weights_gib"]} for row in scheme_rows]
+            skipped += [f"[{scheme}] {line}" for line in scheme_skipped]
+            print(write_report(args.out, env, rows, skipped), flush=True)
+            if args.adapters and number == 0:
+                run_adapters(cold, tokenizer, plan, args, Path(tmp))
+            del cold, warm, forwards
+            free(args.device)
     log(f"done in {time.monotonic() - STARTED:.0f} s; wrote {args.out / 'realsize.json'} and "
         f"{args.out / 'realsize.md'}")
     return 0 if rows else 1

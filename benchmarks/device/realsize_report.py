@@ -84,7 +84,8 @@ def markdown(env: dict, rows: list[dict], skipped: list[str]) -> str:
     for r in rows:
         split = f"{fmt(r.get('media_ms'))} / {fmt(r.get('prompt_ms'))} / {fmt(r.get('forward_ms'))}"
         peak = r.get("peak_gib", r.get("peak_rss_gib"))
-        lines.append(f"| ({r['case']}) {r['title']} | {r['input_tokens']} ({r['state_tokens']}) | "
+        scheme = f" [{r['quantize']}, weights {fmt(r.get('weights_gib'), '.2f')} GiB]" if "quantize" in r else ""
+        lines.append(f"| ({r['case']}) {r['title']}{scheme} | {r['input_tokens']} ({r['state_tokens']}) | "
                      f"{r['prefill_tokens']} | "
                      f"{fmt(r.get('p50_ms'))} | {fmt(r.get('p99_ms'))} | {split} | "
                      f"{fmt(r.get('prefill_tok_s'), ',.0f')} | "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from omni.contract.errors import CheckpointError
@@ -136,12 +137,14 @@ class Backbone:
             options.pop("quantization_config", None)
         try:
             # with output_loading_info=True it returns (model, info), which its annotation does not say
-            loaded: Any = _loadable_class().from_pretrained(
+            loaded: Any = loadable_class().from_pretrained(
                 directory, config=config, dtype=torch_dtype, output_loading_info=True, ignore_mismatched_sizes=True,
                 attn_implementation=attn_implementation, device_map={"": device}, **options)
             model, info = loaded
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise CheckpointError(f"could not load the backbone ({scheme}) from {directory}: {exc}") from exc
+        except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+            fix = (f": export it again (omni export checkpoint SOURCE --quantize {stored} --out DIR)" if stored
+                   else "")
+            raise CheckpointError(f"could not load the backbone ({scheme}) from {directory}: {exc}{fix}") from exc
         _check_loading_info(info)
         thinker = model.thinker.eval()
         quantize.finish(thinker, scheme)
@@ -262,7 +265,7 @@ class Backbone:
 
 
 @functools.cache
-def _loadable_class() -> Any:
+def loadable_class() -> Any:
     """Qwen3-Omni's top-level class with the embedding accessors quantizers ask for (transformers leaves them
     unimplemented on this composite model, and its torchao quantizer calls `get_input_embeddings`)."""
     from transformers import Qwen3OmniMoeForConditionalGeneration

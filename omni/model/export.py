@@ -190,7 +190,7 @@ def _refuse_unloadable(source: Path) -> None:
                               + "; ".join(f"{f.check}: {f.detail}" for f in failed))
 
 
-def _fresh_target(source: Path, out: Path) -> None:
+def fresh_target(source: Path, out: Path) -> None:
     if source.resolve() == out.resolve():
         raise CheckpointError("the output directory must differ from the source checkpoint")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -209,7 +209,7 @@ def export_checkpoint(source_dir: str | Path, out_dir: str | Path,
                       max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> Path:
     """Write the checkpoint in `source_dir` into the new directory `out_dir` in the released layout (see above)."""
     source, out = Path(source_dir), Path(out_dir)
-    _fresh_target(source, out)
+    fresh_target(source, out)
     _refuse_unloadable(source)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

@@ -19,7 +19,7 @@ Knows nothing of requests, serving, the CLI or the environment; `omni.model.back
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -74,8 +74,12 @@ def scheme(name: str) -> Scheme:
 def check_usable(name: str, device: str) -> Scheme:
     """The scheme, once its library is importable and the device can run it (QuantizationError saying the fix)."""
     chosen = scheme(name)
-    if chosen.library and importlib.util.find_spec(chosen.library) is None:
-        raise QuantizationError(f"--quantize {name} needs {chosen.library}, which is not installed: {INSTALL_HINT}")
+    if chosen.library:
+        try:
+            importlib.import_module(chosen.library)
+        except ImportError as exc:
+            raise QuantizationError(f"--quantize {name} needs {chosen.library}, which is not installed here ({exc}): "
+                                    f"{INSTALL_HINT}") from None
     if chosen.needs_gpu and not device.startswith("cuda"):
         raise QuantizationError(f"--quantize {name} needs a CUDA GPU ({chosen.summary}); on {device} use "
                                 f"--quantize nf4 (4-bit) or int8 instead")
@@ -92,7 +96,7 @@ def stored_scheme(config: Any) -> str | None:
     if method == "bitsandbytes" and stored.get("load_in_4bit") and stored.get("bnb_4bit_quant_type") == "nf4":
         return "nf4"
     if method == "torchao":
-        types = set(re.findall(r"'_type': '(\w+Config)'", str(stored.get("quant_type"))))
+        types = set(re.findall(r"'_type': '(\w+Config)'", str(stored.get("quant_type")))) - {"FqnToConfig"}
         for name, config_name in _TORCHAO_CONFIGS.items():
             if types == {config_name}:
                 return name
@@ -150,6 +154,35 @@ def grad_off(name: str) -> contextlib.AbstractContextManager[Any]:
     """The grad mode to answer in: inference_mode, except for torchao's tensor subclasses, whose view ops fail on
     inference tensors ("Cannot set version_counter for inference tensor"): no_grad for those."""
     return torch.no_grad() if SCHEMES[name].library == "torchao" else torch.inference_mode()
+
+
+def quantize_built(thinker: nn.Module, name: str, dtype: torch.dtype) -> None:
+    """Quantize, in place, a thinker built in memory rather than loaded (benchmarks/device/realsize.py's random
+    real-size model) with the same libraries and targets as loading: torchao's `quantize_`, or bitsandbytes'
+    Linear4bit (quantized when moved to its device) and `finish` for the experts."""
+    if name == "none":
+        return
+    targets = re.compile(TARGETS.removeprefix(r"thinker\."))
+    if name == "nf4":
+        import bitsandbytes as bnb
+
+        for fqn, module in list(thinker.named_modules()):
+            if isinstance(module, nn.Linear) and targets.fullmatch(fqn):
+                packed = bnb.nn.Linear4bit(module.in_features, module.out_features, bias=module.bias is not None,
+                                           compute_dtype=dtype, quant_type="nf4", device="meta")
+                packed.weight = bnb.nn.Params4bit(module.weight.data, requires_grad=False, quant_type="nf4",
+                                                  blocksize=NF4_BLOCK)
+                packed.bias = module.bias
+                parent, _, child = fqn.rpartition(".")
+                setattr(thinker.get_submodule(parent), child, packed.to(module.weight.device))
+        finish(thinker, name)
+        return
+    import torchao.quantization as ao
+
+    ao.quantize_(thinker, ao.FqnToConfig({f"re:{targets.pattern}$": getattr(ao, _TORCHAO_CONFIGS[name])()}),
+                 filter_fn=None)
+    if name == "int8":
+        thinker.set_experts_implementation("eager")     # as `loading_arguments` says
 
 
 def weight_bytes(module: nn.Module) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omni.contract.errors import CheckpointConfigError, CheckpointError
+from omni.model import quantize
 from omni.model.checkpoint import check_checkpoint_files, check_mrope_section
 from omni.model.doctor import layout
 from omni.model.doctor.findings import Finding, gib, some_names
@@ -137,6 +138,9 @@ def backbone_finding(expected: layout.Shapes, shards: Shards, config: Any) -> Fi
     except CheckpointConfigError as exc:
         return Finding("backbone", "fail", f"{exc} — the loader refuses it", {"field": exc.field})
     found = shards.tensors()
+    quantized = _quantized_finding(config, found)
+    if quantized is not None:
+        return quantized
     if not shards.headers or (shards.unreadable and shards.index is None):
         return Finding("backbone", "fail", "tensors not compared: the weight files cannot be read (above)")
     if shards.unreadable:       # compare what the readable files should hold; the others are named above
@@ -151,6 +155,21 @@ def backbone_finding(expected: layout.Shapes, shards: Shards, config: Any) -> Fi
     ignored = f"; {len(comparison.ignored)} talker/code2wav tensors not loaded" if comparison.ignored else ""
     return Finding("backbone", "ok", f"{len(expected)} tensors match config.json ({_params(params)} parameters, "
                    f"{'/'.join(sorted(dtypes))} on disk{ignored})", data)
+
+
+def _quantized_finding(config: Any, found: dict[str, TensorInfo]) -> Finding | None:
+    """A pre-quantized checkpoint's tensors are its library's packed parts, not config.json's shapes: said as such
+    (the library checks them when it loads); None for an unquantized checkpoint."""
+    try:
+        stored = quantize.stored_scheme(config)
+    except quantize.QuantizationError as exc:
+        return Finding("backbone", "fail", str(exc))
+    if stored is None:
+        return None
+    library = quantize.SCHEMES[stored].library
+    return Finding("backbone", "ok", f"pre-quantized as {stored} by {library}: {len(found)} tensors; their shapes "
+                   f"are {library}'s packed parts, checked when it loads", {"quantization": stored,
+                                                                            "tensors": len(found)})
 
 
 def check_head(directory: Path, backbone_hidden: int | None) -> tuple[dict[str, Any] | None, layout.Shapes | None,

@@ -402,6 +402,22 @@ def check_realsize(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "realsize_adapters.json").read_text()) == adapters
 
 
+def check_realsize_quantized(tmp_path: Path) -> None:
+    """Issue 33: every scheme built and quantized in turn, each row naming it; int4 (CUDA only) listed as skipped."""
+    out = run_smoke("device/realsize.py", "--cases", "a", "--adapters", "0", "--quantize", "none,int8,fp8,nf4,int4",
+                    "--out", str(tmp_path)).stdout
+    rows = [line for line in json_lines(out) if "case" in line]
+    assert [row["case"] for row in rows] == ["a"] * 4
+    report = json.loads((tmp_path / "realsize.json").read_text())
+    assert [(r["quantize"], r["rounds"]) for r in report["cases"]] == [(s, 1) for s in ("none", "int8", "fp8", "nf4")]
+    for row in report["cases"]:
+        finite(row)
+        positive(row, "p50_ms", "weights_gib")
+    assert report["skipped"] == [s for s in report["skipped"] if s.startswith("[int4] entirely: --quantize int4 needs "
+                                                                                "a CUDA GPU")] != []
+    assert "[nf4, weights" in out
+
+
 def check_run_sh(tmp_path: Path) -> None:
     """The device harness, statically (its smoke run, `PY=.venv/bin/python bash benchmarks/device/run.sh --smoke`,
     repeats load.py's and realsize.py's smoke runs above, minutes more): valid bash, and every benchmark it calls
@@ -422,7 +438,8 @@ def check_run_sh(tmp_path: Path) -> None:
 CHECKS: dict[str, Callable[[Path], None]] = {
     "abuse.py": check_abuse, "adapters.py": check_adapters, "audit.py": check_audit, "batch.py": check_batch, "cache.py": check_cache,
     "load.py": check_load, "onepass.py": check_onepass, "preprocessing.py": check_preprocessing, "scale.py": check_scale,
-    "soak.py": check_soak, "webhooks.py": check_webhooks, "device/realsize.py": check_realsize,
+    "soak.py": check_soak, "webhooks.py": check_webhooks,
+    "device/realsize.py": lambda tmp: (check_realsize(tmp / "all"), check_realsize_quantized(tmp / "quantized")),
     "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
     "device/run.sh": check_run_sh,
 }
