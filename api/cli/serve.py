@@ -35,7 +35,9 @@ log = logging.getLogger("omni.serve")
 _NOT_FLAGS = {"model", "host", "port", "api_keys", *FLAG_NAMES}
 # what a bare "default: V" would not say
 _DEFAULT_NOTES = {"torch_threads": " (sized when the model loads: the CPUs this process may use, less "
-                                   "--decode-threads, at least 1; the startup log names the count)"}
+                                   "--decode-threads, at least 1; the startup log names the count)",
+                  "quantize": " (as the checkpoint is stored); none, int8, fp8, nf4 or int4 (CUDA only): the text "
+                              "layers quantized while loading (docs/quantization.md)"}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +108,10 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
     _configure_logging(settings.log_level)
     if settings.unknown_env:
         log.warning("ignoring unknown settings: %s", ", ".join(settings.unknown_env))
+    problem = _quantization_problem(settings)
+    if problem:
+        print(f"omni serve: {problem}", file=sys.stderr)
+        return 2
     if settings.ray:   # the same app on Ray Serve, one engine per replica (api/cluster/)
         from api.cluster.launch import run_cluster
 
@@ -142,6 +148,21 @@ def run_serve(args: argparse.Namespace, announce: Callable[[Settings], None] | N
         log.error("exiting: the model failed to load")
         return 1
     return 0
+
+
+def _quantization_problem(settings: Settings) -> str | None:
+    """What makes --quantize unusable here, said before the server starts (exit 2), else None. With --ray the
+    replicas' devices decide whether a GPU-only scheme runs: only the library and the checkpoint are checked here."""
+    if settings.engine.quantize is None and settings.engine.model_path is not None:
+        return None                # the checkpoint as stored: the loader says what is wrong with it
+    from omni.model.loading import check_quantization
+    from omni.model.quantize import QuantizationError
+
+    try:
+        check_quantization(settings.engine, "any" if settings.ray else None)
+    except QuantizationError as exc:
+        return str(exc)
+    return None
 
 
 def _draining_server(config: uvicorn.Config, svc: ServiceState, drain_s: float) -> uvicorn.Server:

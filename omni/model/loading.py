@@ -9,18 +9,21 @@ Knows nothing of requests, forwards, caches' contents, serving or the environmen
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from omni.contract.config import EngineConfig
 from omni.contract.errors import CheckpointError
-from omni.model.backbone import Backbone
+from omni.model import quantize
+from omni.model.backbone import Backbone, resolve_device
 from omni.model.calibration import Calibration, load_calibration
-from omni.model.checkpoint import CheckpointSource, check_checkpoint_files, release_date
+from omni.model.checkpoint import DEMO_CHECKPOINT_DIR, CheckpointSource, check_checkpoint_files, release_date
 from omni.model.head import JointSchemaHead, load_joint_head
 from preprocess.loader import ProcessorConfigError, ProcessorParts, load_processor_parts
 from preprocess.media import MiB
@@ -68,6 +71,25 @@ def model_options(config: EngineConfig) -> dict[str, Any]:
             "prefix_cache_bytes": int(config.prefix_cache_mb * MiB), "isolation": config.isolation,
             "prefill_chunk_tokens": config.prefill_chunk_tokens, "cache_dir": config.cache_dir,
             "decode_threads": config.decode_threads}
+
+
+def check_quantization(config: EngineConfig, device: str | None = None) -> None:
+    """Before anything loads (a server's start): QuantizationError when `config.quantize` cannot be used — its
+    library is missing, `device` (default: the config's) cannot run it, or a local pre-quantized checkpoint is stored
+    in another scheme. `device` "any" skips the device check (Ray replicas whose devices are not known yet)."""
+    directory = DEMO_CHECKPOINT_DIR if config.model_path is None else Path(config.model_path)
+    stored = None
+    if (directory / "config.json").is_file():
+        try:
+            saved = json.loads((directory / "config.json").read_text())
+        except (OSError, ValueError):
+            saved = {}        # the loader names what is wrong with it
+        stored = quantize.stored_scheme(SimpleNamespace(quantization_config=saved.get("quantization_config")))
+    scheme = quantize.resolve(config.quantize, stored, directory)
+    if device == "any":
+        quantize.check_usable(scheme, "cuda")
+    else:
+        quantize.check_usable(scheme, resolve_device(device or config.device))
 
 
 def calibration_for(config: EngineConfig, directory: Path) -> Calibration | None:

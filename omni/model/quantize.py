@@ -156,7 +156,7 @@ def grad_off(name: str) -> contextlib.AbstractContextManager[Any]:
     return torch.no_grad() if SCHEMES[name].library == "torchao" else torch.inference_mode()
 
 
-def quantize_built(thinker: nn.Module, name: str, dtype: torch.dtype) -> None:
+def quantize_built(thinker: Any, name: str, dtype: torch.dtype) -> None:
     """Quantize, in place, a thinker built in memory rather than loaded (benchmarks/device/realsize.py's random
     real-size model) with the same libraries and targets as loading: torchao's `quantize_`, or bitsandbytes'
     Linear4bit (quantized when moved to its device) and `finish` for the experts."""

@@ -6,6 +6,7 @@ and exit 2."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -133,7 +134,7 @@ def test_a_pre_quantized_export_loads_back_as_it_was(exported, models, records, 
     loaded = ClefModel.load(directory)              # no --quantize: the scheme is in its config.json
     assert loaded.backbone.quantization == name
     assert max_delta(answers(loaded, records), answers(models[name], records)) <= 1e-6
-    backbone = [f for f in check_directory(directory).findings if f.check == "backbone"][0]
+    backbone = next(f for f in check_directory(directory).findings if f.check == "backbone")
     assert backbone.status == "ok" and f"pre-quantized as {name}" in backbone.detail
 
 
@@ -187,3 +188,16 @@ def test_exporting_needs_an_unquantized_source(capsys, exported, tmp_path):
                         "--out", str(tmp_path / "again"))
     assert code == 2 and "is already quantized (nf4); export from the unquantized checkpoint" in err[-1]
     assert not (tmp_path / "again").exists()
+
+
+def test_serve_refuses_before_it_starts(capsys, exported, monkeypatch):
+    for name in [k for k in os.environ if k.startswith("OMNI_")]:
+        monkeypatch.delenv(name)
+    code, err = run_cli(capsys, "serve", "--quantize", "int4", "--port", "1")
+    assert code == 2 and err[-1].startswith("omni serve: --quantize int4 needs a CUDA GPU")
+    code, err = run_cli(capsys, "serve", "--model", str(exported / "int8"), "--quantize", "nf4", "--port", "1")
+    assert code == 2 and "is quantized as int8 (its config.json), but --quantize nf4 was asked" in err[-1]
+    monkeypatch.setenv("OMNI_QUANTIZE", "fp8")
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    code, err = run_cli(capsys, "serve", "--port", "1")
+    assert code == 2 and "--quantize fp8 needs torchao, which is not installed" in err[-1]
