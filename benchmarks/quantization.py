@@ -20,9 +20,10 @@ shared, `collect_logits` in batches as `omni eval` does). Against `none`, per sc
 
 int4 needs a CUDA GPU: it is tried, and listed as not run with the error the loader gives.
 
-The tiny checkpoint (hidden 64, 4 experts) is far more sensitive to quantization than a 30B one: its per-row
-(int8, fp8) and per-64-block (nf4) scales cover rows only 64 wide, so the figures are not a prediction for the real
-model, and nothing here is tuned to them.
+The tiny checkpoint (hidden 64, 4 experts, 2 layers) is far more sensitive to quantization per layer than a 30B
+one: its per-row (int8, fp8) and per-64-block (nf4) scales cover rows only 64 wide; the 30B one carries its smaller
+errors through 48 layers, this one through 2. The figures are no prediction for the real model; nothing here is tuned
+to them.
 
 Prints JSON lines, then two markdown tables; `--json OUT` writes the whole result. Not a test: nothing asserted.
 What it must not know: the quantizers' internals (it uses `ClefModel.load`, `weight_bytes`, `grad_off`).
@@ -97,9 +98,10 @@ auto_at = 1.0
 act_on = ["rework", "scrap"]
 """
 SENSITIVITY = ("The tiny checkpoint (hidden {hidden}, {experts} experts, {layers} layers) is far more sensitive to "
-               "quantization than a 30B one: per-row (int8, fp8) and per-64-block (nf4) scales here cover rows only "
-               "{hidden} wide, and its rounding errors average over {hidden}-term dot products instead of "
-               "thousands. These figures are no prediction for the real model; nothing is tuned to them.")
+               "quantization per layer than a 30B one: per-row (int8, fp8) and per-64-block (nf4) scales here cover "
+               "rows only {hidden} wide, and its rounding errors average over {hidden}-term dot products instead of "
+               "thousands (the 30B model has 48 layers to carry them through, this one {layers}). These figures are no "
+               "prediction for the real model; nothing is tuned to them.")
 
 
 def emit(event: str, **fields: Any) -> dict:

@@ -76,12 +76,19 @@ def outcomes(policy: Policy, rows: Sequence[AnsweredQuestion]) -> dict[int, Outc
 
 def outcome_agreement(base: Mapping[int, Outcome], other: Mapping[int, Outcome]) -> dict[str, Any]:
     """The share of decisions whose overall outcome agrees, of (decision, question) outcomes that agree (and per
-    question), each side's overall counts, and the decisions whose overall outcome changed."""
+    question), each side's overall counts, the decisions whose overall outcome changed and the question outcomes
+    that changed (with both confidences and the bar)."""
     overall = [base[line].overall == other[line].overall for line in base]
     per_question: dict[str, list[bool]] = {}
+    moved = []
     for line, outcome in base.items():
         for qid, decided in outcome.questions.items():
-            per_question.setdefault(qid, []).append(decided.outcome == other[line].questions[qid].outcome)
+            theirs = other[line].questions[qid]
+            per_question.setdefault(qid, []).append(decided.outcome == theirs.outcome)
+            if decided.outcome != theirs.outcome:
+                moved.append({"line": line, "question": qid, "none": decided.outcome, "this": theirs.outcome,
+                              "confidence_none": decided.confidence, "confidence_this": theirs.confidence,
+                              "auto_at": decided.auto_at})
     pairs = [agrees for values in per_question.values() for agrees in values]
     changed = [{"line": line, "none": base[line].overall, "this": other[line].overall}
                for line in base if base[line].overall != other[line].overall]
@@ -89,7 +96,8 @@ def outcome_agreement(base: Mapping[int, Outcome], other: Mapping[int, Outcome])
             "question_agreement": float(np.mean(pairs)),
             "per_question": {qid: float(np.mean(values)) for qid, values in per_question.items()},
             "overall_counts_none": dict(Counter(o.overall for o in base.values())),
-            "overall_counts_this": dict(Counter(o.overall for o in other.values())), "changed": changed}
+            "overall_counts_this": dict(Counter(o.overall for o in other.values())), "changed": changed,
+            "questions_changed": moved}
 
 
 # ------------------------------------------------------------------------------------------------ quality

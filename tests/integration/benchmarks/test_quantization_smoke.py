@@ -54,6 +54,7 @@ def check_answers(int8: dict) -> None:
     assert 0 <= agree["overall_agreement"] <= 1
     assert 0 <= agree["question_agreement"] <= 1
     assert len(agree["changed"]) == round(4 * (1 - agree["overall_agreement"]))
+    assert len(agree["questions_changed"]) == round(20 * (1 - agree["question_agreement"]))
 
 
 def check_costs(rows: dict[str, dict]) -> None:
