@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.benchmarks.quantization_check import check_quantization
+
 ROOT = Path(__file__).resolve().parents[3]
 FOLDERS = (ROOT / "benchmarks", ROOT / "benchmarks" / "device")
 HANG_GUARD_S = 900          # scale.py starts two Ray clusters: minutes on a busy 2-core machine
@@ -441,7 +443,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "soak.py": check_soak, "webhooks.py": check_webhooks,
     "device/realsize.py": lambda tmp: (check_realsize(tmp / "all"), check_realsize_quantized(tmp / "quantized")),
     "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
-    "device/run.sh": check_run_sh,
+    "device/run.sh": check_run_sh, "quantization.py": check_quantization,
 }
 
 

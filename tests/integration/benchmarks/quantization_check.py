@@ -1,11 +1,11 @@
-"""benchmarks/quantization.py runs: its smoke mode (4 train + 4 test inspection records, int8 beside none, the
-embedded demo checkpoint) in a subprocess from the repository root, checked for what it prints and writes.
+"""benchmarks/quantization.py's smoke check (test_smoke.py's CHECKS names it; kept here for its length): its smoke
+mode (4 train + 4 test inspection records, int8 beside none, the embedded demo checkpoint) in a subprocess from the
+repository root, checked for what it prints and writes.
 
 Beyond the shape of the output, what the tiny run must show: int8 really quantized the text layers (about a quarter
 of their float32 bytes, and answers that moved) without breaking them (small |Δp|, the same answers), a batched
 forward answering as one-record forwards do, every decision decided under the fitted policy, and int4 refused on
-CPU with the loader's reason. `check_quantization` is what tests/integration/benchmarks/test_smoke.py's CHECKS can
-name for `quantization.py`. Nothing here is timed.
+CPU with the loader's reason. Nothing here is timed.
 """
 from __future__ import annotations
 
@@ -103,7 +103,3 @@ def check_quantization(tmp_path: Path) -> None:
     assert written["schemes"] == {name: {k: v for k, v in row.items() if k not in ("event", "scheme")}
                                   for name, row in rows.items()}
 
-
-def test_quantization_smoke(tmp_path: Path):
-    """`benchmarks/quantization.py --smoke` runs and shows what it must."""
-    check_quantization(tmp_path)
