@@ -55,8 +55,8 @@ def plan_screen(plan: Plan, directory: Path) -> list[str]:
         lines.append(f"  {str(fit.gpu_gb) + ' GB':<8}{'yes' if fit.scheme else 'no':<6}{scheme:<8}"
                      f"{fit.need_bytes / GB:>8.1f}GB{fit.to_json()['usable_bytes'] / GB:>8.1f}GB"
                      f"{fit.max_context_tokens:>13,}{fit.max_batch_records:>11}")
-    lines.append("  (scheme: the least lossy that fits at these limits; max context / batch: the most that fit with it, "
-                 "or with the smallest scheme when none fits)")
+    lines.append("  (scheme: the least lossy that fits at these limits; max context / batch: the most that fit "
+                 "with it, or with the smallest scheme when none fits)")
     return lines
 
 

@@ -124,7 +124,7 @@ def request_peak(model: Model, config: EngineConfig, itemsize: int) -> RequestPe
 
 
 def device_need(weights: WeightBytes, request: RequestPeak, prefix_cache_bytes: int) -> int:
-    """Bytes on the device: weights, the request's peak, the prefix cache, the runtime, and slack over all but weights."""
+    """Bytes on the device: weights, the request's peak, the prefix cache, the runtime, slack over all but weights."""
     rest = request.peak.total_bytes + prefix_cache_bytes + RUNTIME_BYTES
     return weights.total_bytes + rest + int(SLACK_FRACTION * rest)
 
@@ -143,8 +143,11 @@ def fit_gpu(model: Model, config: EngineConfig, gpu_gb: int, head_dtype: torch.d
     scheme = chosen or min(LEAST_LOSSY_FIRST, key=lambda s: need(s, config))
     context = largest(MIN_CONTEXT, MAX_CONTEXT, lambda n: need(scheme, replace(config, max_context_tokens=n)) <= room)
     batch_cap = max(MAX_BATCH, config.max_batch_records)
-    batch = largest(1, batch_cap, lambda n: need(scheme, replace(
-        config, max_batch_records=n, max_batch_tokens=max(config.max_batch_tokens, n * config.max_context_tokens))) <= room)
+    def batch_of(n: int) -> EngineConfig:
+        return replace(config, max_batch_records=n,
+                       max_batch_tokens=max(config.max_batch_tokens, n * config.max_context_tokens))
+
+    batch = largest(1, batch_cap, lambda n: need(scheme, batch_of(n)) <= room)
     return Fit(gpu_gb, chosen, need(scheme, config), context, batch)
 
 

@@ -78,7 +78,8 @@ def towers(config: Any) -> Towers:
                   int(vision.spatial_merge_size ** 2), len(vision.deepstack_visual_indexes), int(audio.num_mel_bins))
 
 
-def media_bytes(shape: ModelShape, parts: Towers, itemsize: int, media: Media, tokens: int, batched: bool = True) -> int:
+def media_bytes(shape: ModelShape, parts: Towers, itemsize: int, media: Media, tokens: int,
+                batched: bool = True) -> int:
     """Bytes a request's media add to a forward of `tokens` tokens (see the module's docstring). `batched`: the
     batch's concatenated float32 copy of the images' patches and audio features and uint8 copy of the videos'
     (a chunked record's first chunk takes the record's own tensors: only what is converted into the dtype)."""
@@ -110,7 +111,8 @@ def moe_per_token(shape: ModelShape, itemsize: int) -> int:
 def attention_bytes(shape: ModelShape, itemsize: int, tokens: int, keys: int) -> int:
     """A layer's attention phase for `tokens` new tokens over `keys` keys (cached + new)."""
     query = shape.attention_heads * shape.head_dim
-    per_token = (STREAM_ROWS_ATTENTION * shape.hidden_size + 2 * shape.head_dim + QUERY_ROWS_ATTENTION * query) * itemsize
+    rows = STREAM_ROWS_ATTENTION * shape.hidden_size + 2 * shape.head_dim + QUERY_ROWS_ATTENTION * query
+    per_token = rows * itemsize
     return tokens * (per_token + IDS_PER_TOKEN) + 2 * query * keys * itemsize
 
 
