@@ -16,6 +16,7 @@
     report_shadow.py  `omni report shadow LOG --out DIR`: a live model beside its shadow candidate (agreement,
                outcome flips, calibration on reviewed items), PNG
     doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)
+    doctor_plan.py  `omni doctor --plan [--json]`: the memory plan of a checkpoint's configs, as text or JSON
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.
 """

@@ -7,8 +7,8 @@ Exit 0 when no check failed (warnings and info included), 1 when one did (the fa
 error: a bad flag or setting, or a `--model` that names no directory (nor a hub id already in the local cache).
 The checks are `omni.model.doctor`'s, plus the torch threads a server here would run with (`omni.serve.cpus`: the
 CPUs this process may use); this module reads argv and prints. `--adapter DIR` adds the checks of an adapter folder
-against its base (`omni.model.doctor.adapter`): `--model`, or the embedded default when none is given. Knows nothing
-of torch or model internals.
+against its base (`omni.model.doctor.adapter`): `--model`, or the embedded default when none is given. `--plan`
+prints the memory plan instead (`api.cli.doctor_plan`). Knows nothing of torch or model internals.
 """
 from __future__ import annotations
 
@@ -51,7 +51,10 @@ def add_doctor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", metavar="DIR", default=None,
                         help="an adapter folder to check (without loading it) against its base: --model, or the "
                              "embedded default")
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument("--plan", action="store_true",
+                        help="a memory plan instead of the checks: weight bytes per --quantize scheme, one request's "
+                             "peak at the configured limits, the caches, and which GPUs it fits (docs/memory-plan.md)")
+    parser.add_argument("--json", action="store_true", help="print the findings (or the plan) as JSON")
 
 
 def run_doctor(args: argparse.Namespace) -> int:
@@ -66,6 +69,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     overrides = {"device": args.device, "dtype": args.dtype, "max_context_tokens": args.max_context_tokens}
     config = replace(base, **{k: v for k, v in overrides.items() if v is not None})   # ConfigError: exit 2
     directory = locate(args.model) if args.model else None                           # CheckpointError: exit 2
+    if args.plan:
+        return print_plan(config, directory, args.json)
     from omni.serve.cpus import usable_cpus
 
     report = examine(config, directory)
@@ -81,6 +86,17 @@ def run_doctor(args: argparse.Namespace) -> int:
     else:
         print("\n".join(screen(report, adapter)))
     return max(report.exit_code, adapter.exit_code if adapter is not None else 0)
+
+
+def print_plan(config: EngineConfig, directory: Path | None, as_json: bool) -> int:
+    """`--plan`: the memory plan of `directory` (or the embedded default) at `config`'s limits; exit 0."""
+    from api.cli.doctor_plan import checkpoint_plan, plan_json, plan_screen
+    from omni.model.checkpoint import embedded_default
+
+    directory = directory or embedded_default(config.cache_dir)
+    plan = checkpoint_plan(config, directory)                                        # CheckpointError: exit 2
+    print(json.dumps(plan_json(plan, directory), indent=2) if as_json else "\n".join(plan_screen(plan, directory)))
+    return 0
 
 
 def check_adapter_flag(adapter: str | None, directory: Path | None, cache_dir: str | None) -> AdapterReport | None:

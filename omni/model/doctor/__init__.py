@@ -12,6 +12,10 @@ without loading a weight.
                   against the base's config (meta device), the base's sha256
     adapter_size.py  an adapter's weight bytes (head, LoRA of a rank over some modules) from a config on the meta
                   device; the released Qwen3-Omni-30B-A3B text decoder's config
+    plan_weights.py  weight bytes per quantization scheme: the quantized text layers, the rest, the head (meta device)
+    plan_peak.py  the activation and key/value peak of a prefill (a batch, a chunked record, media), per phase
+    plan.py       the memory plan at an EngineConfig's limits: weights per scheme, one request's peak, the caches, and
+                  which GPUs of a table it fits, with which scheme and the largest context and batch
     examine.py    all of it for an EngineConfig (device, dtype, limits) and an optional directory: a DoctorReport
 
 Knows nothing of argv, the environment or printing (api/cli/doctor.py does those).
