@@ -49,15 +49,23 @@ def plan_screen(plan: Plan, directory: Path) -> list[str]:
     caches = (f"  caches: prefix {gib(plan.prefix_cache_bytes)} on the device, media {gib(plan.media_cache_bytes)} in "
               f"host memory; runtime {gib(plan.runtime_bytes)}, +10% slack; a GPU gives 90% of itself")
     lines += ["", peak, caches, "",
-              f"  {'GPU':<8}{'fits':<6}{'scheme':<8}{'needs':>10}{'usable':>10}{'max context':>13}{'max batch':>11}"]
+              (f"  {'GPU':<8}{'fits':<6}{'scheme':<8}{'needs':>10}{'usable':>10}{'max context':>13}"
+               f"{'max batch':>11}  with")]
     for fit in plan.gpus:
         scheme = fit.scheme or "-"
         lines.append(f"  {str(fit.gpu_gb) + ' GB':<8}{'yes' if fit.scheme else 'no':<6}{scheme:<8}"
                      f"{fit.need_bytes / GB:>8.1f}GB{fit.to_json()['usable_bytes'] / GB:>8.1f}GB"
-                     f"{fit.max_context_tokens:>13,}{fit.max_batch_records:>11}")
-    lines.append("  (scheme: the least lossy that fits at these limits; max context / batch: the most that fit "
-                 "with it, or with the smallest scheme when none fits)")
+                     f"{fit.max_context_tokens:>13,}{fit.max_batch_records:>11}  {settings_text(fit.settings)}")
+    lines.append("  (scheme: the least lossy that fits at these limits, or with the settings named under `with`; "
+                 "max context / batch: the most that fit with it)")
     return lines
+
+
+def settings_text(settings: dict[str, int]) -> str:
+    """`--prefix-cache-mb 0 --max-context-tokens 12,288` for a GPU that fits only with changed settings."""
+    if not settings:
+        return "these limits"
+    return " ".join(f"--{name.replace('_', '-')} {value:,}" for name, value in settings.items())
 
 
 def plan_json(plan: Plan, directory: Path) -> dict[str, Any]:

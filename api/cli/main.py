@@ -118,8 +118,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# libraries whose import-time notices are not the user's business: torchao's optional CUDA kernels that a CPU (or
+# another GPU) build cannot load, and torch's deprecation notice about the enums torchao registers
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def quiet_libraries() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    quiet_libraries()
     problem = torch_absent()
     if problem:
         print(f"omni: {problem}", file=sys.stderr)

@@ -223,8 +223,11 @@ def _settle_heap() -> None:
 
 
 def _configure_logging(level: str) -> None:
+    from api.cli.main import quiet_libraries
+
     logging.basicConfig(level=level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    quiet_libraries()
 
 
 def main(argv: list[str] | None = None) -> int:

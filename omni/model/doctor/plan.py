@@ -15,7 +15,7 @@ is at most `TIGHT_FRACTION` of the card (the rest for the CUDA context's own nee
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -60,15 +60,18 @@ class RequestPeak:
 @dataclass(frozen=True)
 class Fit:
     gpu_gb: int
-    scheme: str | None              # the least lossy scheme that fits at the configured limits (None: none does)
-    need_bytes: int                 # with that scheme (or the smallest one)
+    scheme: str | None              # the least lossy scheme that fits (None: none does, even with `settings`)
+    need_bytes: int                 # with that scheme (or the smallest one) and `settings`
     max_context_tokens: int         # the largest context that fits with it (configured batch and chunk)
-    max_batch_records: int          # the largest batch of the configured context that fits with it
+    max_batch_records: int          # the largest batch of that context that fits with it
+    settings: dict[str, int] = field(default_factory=dict)   # what must change from the configured limits to fit:
+                                    # {} when they fit as they are; else prefix_cache_mb 0 and a max_context_tokens
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu_gb": self.gpu_gb, "fits": self.scheme is not None, "scheme": self.scheme,
                 "need_bytes": self.need_bytes, "usable_bytes": usable(self.gpu_gb),
-                "max_context_tokens": self.max_context_tokens, "max_batch_records": self.max_batch_records}
+                "max_context_tokens": self.max_context_tokens, "max_batch_records": self.max_batch_records,
+                "settings": self.settings}
 
 
 @dataclass(frozen=True)
@@ -130,25 +133,37 @@ def device_need(weights: WeightBytes, request: RequestPeak, prefix_cache_bytes: 
 
 
 def fit_gpu(model: Model, config: EngineConfig, gpu_gb: int, head_dtype: torch.dtype) -> Fit:
-    """The least lossy scheme that fits `gpu_gb` at `config`'s limits, and the largest context and batch with it."""
+    """The least lossy scheme that fits `gpu_gb` at `config`'s limits, and the largest context and batch with it.
+    When none fits as configured: the least lossy one that fits with the prefix cache off and the longest context
+    that then fits (at least MIN_CONTEXT tokens; the media limits' images fill as much of it as they can)."""
     dtype = torch.bfloat16
-    prefix = int(config.prefix_cache_mb * MiB)
     room = usable(gpu_gb)
 
     def need(scheme: str, cfg: EngineConfig) -> int:
         weights = weight_bytes(model.tensors, scheme, dtype, head_dtype)
-        return device_need(weights, request_peak(model, cfg, dtype.itemsize), prefix)
+        return device_need(weights, request_peak(model, cfg, dtype.itemsize), int(cfg.prefix_cache_mb * MiB))
 
     chosen = next((s for s in LEAST_LOSSY_FIRST if need(s, config) <= room), None)
+    settings: dict[str, int] = {}
+    if chosen is None:
+        lean = replace(config, prefix_cache_mb=0)
+        for scheme in LEAST_LOSSY_FIRST:
+            context = largest(MIN_CONTEXT, config.max_context_tokens,
+                              lambda n, s=scheme: need(s, replace(lean, max_context_tokens=n)) <= room)
+            if context:
+                chosen, config = scheme, replace(lean, max_context_tokens=context)
+                settings = {"prefix_cache_mb": 0, "max_context_tokens": context}
+                break
     scheme = chosen or min(LEAST_LOSSY_FIRST, key=lambda s: need(s, config))
     context = largest(MIN_CONTEXT, MAX_CONTEXT, lambda n: need(scheme, replace(config, max_context_tokens=n)) <= room)
     batch_cap = max(MAX_BATCH, config.max_batch_records)
+
     def batch_of(n: int) -> EngineConfig:
         return replace(config, max_batch_records=n,
                        max_batch_tokens=max(config.max_batch_tokens, n * config.max_context_tokens))
 
     batch = largest(1, batch_cap, lambda n: need(scheme, batch_of(n)) <= room)
-    return Fit(gpu_gb, chosen, need(scheme, config), context, batch)
+    return Fit(gpu_gb, chosen, need(scheme, config), context, batch, settings)
 
 
 def largest(low: int, high: int, fits: Callable[[int], bool]) -> int:

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from api.cli.doctor_plan import settings_text
 from api.cli.main import main
 from fixtures.live_bytes import LiveBytes
 from omni.contract.config import EngineConfig
@@ -201,7 +202,21 @@ def test_the_docs_state_the_plan_of_the_released_config():
     for fit in plan.gpus:
         fits = "yes" if fit.scheme else "no"
         assert (f"| {fit.gpu_gb} | {fits} | {fit.scheme or '-'} | {fit.need_bytes / 1e9:.1f} | "
-                f"{fit.max_context_tokens:,} | {fit.max_batch_records} |") in text, fit
+                f"{fit.max_context_tokens:,} | {fit.max_batch_records} | {settings_text(fit.settings)} |") in text, fit
     peak = plan.request.peak
     assert f"activations {peak.activation_bytes:,}\nbytes + keys/values {peak.kv_bytes:,} bytes" in text
     assert f"{plan.request.visual_tokens:,} image tokens" in text
+
+
+def test_a_card_that_fits_only_with_changed_settings_fits_with_them():
+    from omni.model.doctor.adapter_size import REAL_HEAD, real_backbone_config
+    from omni.model.doctor.plan import usable
+
+    plan = make_plan(plan_model(real_backbone_config(), REAL_HEAD), EngineConfig(), torch.bfloat16, torch.float32)
+    changed = [fit for fit in plan.gpus if fit.settings]
+    assert changed, "the released config at the default limits needs changed settings on some card"
+    for fit in changed:
+        assert fit.scheme is not None and fit.need_bytes <= usable(fit.gpu_gb)
+        assert fit.settings["prefix_cache_mb"] == 0
+        assert 1024 <= fit.settings["max_context_tokens"] == fit.max_context_tokens < EngineConfig().max_context_tokens
+    assert all(fit.scheme is None or fit.need_bytes <= usable(fit.gpu_gb) for fit in plan.gpus)
