@@ -1,7 +1,9 @@
 """Loads a Qwen3-Omni thinker from a Clef-omni checkpoint and runs one prefill to final-norm hidden states.
 
 The only module that loads or runs `Qwen3OmniMoe*` model classes (`omni.model.tiny` names them too, to build a
-random checkpoint offline). Loading follows Clef-omni's reference loader: audio output disabled, strict key checks
+random checkpoint offline; `omni.model.quantized_export` loads through `loadable_class` to save one quantized).
+The text layers can be quantized while loading (`quantization`: `omni.model.quantize`'s schemes, through torchao or
+bitsandbytes; a pre-quantized checkpoint brings its own in config.json). Loading follows Clef-omni's reference loader: audio output disabled, strict key checks
 (only `talker.*` / `code2wav.*` may be unexpected), `lm_head` swapped for Identity while its weight is kept as the
 head's lexical table; M-RoPE sections that do not share out the head's rotary frequencies are refused first
 (`checkpoint.check_mrope_section`: transformers runs them, silently wrong). Knows nothing of prompts, questions,
