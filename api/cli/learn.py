@@ -185,7 +185,8 @@ def add_finetune_arguments(parser: argparse.ArgumentParser) -> None:
                         "(modes head and lora), or a whole checkpoint (--merged, mode full)")
     parser.add_argument("--mode", choices=TRAINING_MODES, default=d.mode,
                         help="head: the joint-schema head only; lora: + LoRA on the thinker's text decoder (needs "
-                        "peft); full: + every thinker weight (small models only; always a whole checkpoint)")
+                        "peft; over --quantize nf4 or int8: QLoRA); full: + every thinker weight (small models "
+                        "only; always a whole checkpoint; not over a quantized base)")
     parser.add_argument("--merged", action="store_true",
                         help="write a whole checkpoint in the released layout (LoRA merged into the thinker) "
                         "instead of an adapter folder")
@@ -232,6 +233,10 @@ def run_finetune(args: argparse.Namespace) -> int:
         print("omni: finetune: --adapter: a fine-tune starts from the base (--model); an adapter is what it writes",
               file=sys.stderr)
         return 2
+    if args.quantize:          # before loading: full fine-tuning of a quantized base, LoRA over fp8 (QuantizationError)
+        from omni.model.qlora import check_trainable
+
+        check_trainable(config.mode, args.quantize)
     records = labelled_records(args)
     validation = labelled_records(args, args.validation) if args.validation else None
     model = load_model(args)

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import random
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from omni.model.export import save_released
 from omni.model.fingerprint import checkpoint_sha256
 from omni.model.lora import lora_config
 from omni.model.media import RequestMedia
+from omni.model.qlora import check_trainable, served_base, trainable_base
 from omni.model.surface import RecordT, TrainableModel
 
 STATE_FILE = "training_state.pt"
@@ -124,7 +126,9 @@ def _enable_lora(model: TrainableModel[RecordT], config: TrainingConfig) -> None
     except ImportError as exc:
         raise RuntimeError("LoRA needs peft: pip install 'omni-decide[train]'") from exc
     lora = lora_config(config.lora_rank, config.lora_alpha, config.lora_targets)     # the text decoder only
-    model.backbone.peft_model = get_peft_model(model.backbone.thinker, lora)   # injects into the thinker in place
+    with torch.random.fork_rng():               # LoRA's initial A from the run's seed: a run repeats exactly
+        torch.manual_seed(config.seed)
+        model.backbone.peft_model = get_peft_model(model.backbone.thinker, lora)   # injects into the thinker in place
 
 
 def merge_lora(model: TrainableModel[RecordT]) -> None:
@@ -137,12 +141,16 @@ def merge_lora(model: TrainableModel[RecordT]) -> None:
 
 def trainable_parameters(model: TrainableModel[RecordT],
                          config: TrainingConfig) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """(head parameters, backbone parameters) set to require grad for this mode; the rest frozen."""
+    """(head parameters, backbone parameters) set to require grad for this mode; the rest frozen. Over a quantized
+    base only LoRA (QLoRA) or the head train (QuantizationError otherwise, naming the scheme and the fix)."""
+    check_trainable(config.mode, model.backbone.quantization)
     head = list(model.head.parameters())
     for p in head:
         p.requires_grad_(True)
     if config.mode == "lora":
         _enable_lora(model, config)
+        if model.backbone.quantization == "nf4":
+            trainable_base(model.backbone.thinker)     # bitsandbytes' CPU inference kernel has no backward
         backbone = [p for n, p in model.backbone.thinker.named_parameters() if "lora_" in n]
     elif config.mode == "full":
         model.backbone.thinker.requires_grad_(True)
@@ -209,6 +217,8 @@ class Trainer(Generic[RecordT]):
         self.merged = merged or config.mode == "full"    # a whole checkpoint, not an adapter folder
         self.data_sha256: str | None = None
         self.source_dir, self.out_dir = Path(source_dir), Path(out_dir)
+        if self.merged and config.mode == "lora":
+            _check_mergeable(self.source_dir, model.backbone.quantization)
         self.progress = progress
         self.log = log or (lambda message: None)
         self.media: dict[int, RequestMedia] = {}
@@ -349,9 +359,13 @@ class Trainer(Generic[RecordT]):
 
     def _finish(self, state: TrainingState, keep_state: bool) -> dict[str, Any]:
         _load_trained_state(self.model, state["best"])
+        if self.model.backbone.quantization == "nf4":
+            served_base(self.model.backbone.thinker)
         self.model.forget_prefixes()
         self.model.head.eval()
-        if self.merged:
+        if self.merged and self.config.mode == "lora" and self.model.backbone.quantization != "none":
+            self._save_merged_from_disk()
+        elif self.merged:
             merge_lora(self.model)
             save_released(self.model, self.source_dir, self.out_dir, backbone_trained=self.config.mode != "head")
         else:
@@ -365,15 +379,38 @@ class Trainer(Generic[RecordT]):
             (self.out_dir / STATE_FILE).unlink(missing_ok=True)
         return summary
 
-
-    def _save_adapter(self) -> None:
-        """The head (and LoRA weights) as an adapter folder naming the base checkpoint by its sha256."""
+    def _save_adapter(self, out_dir: Path | None = None) -> None:
+        """The head (and LoRA weights) as an adapter folder naming the base checkpoint by its sha256 and the
+        quantization it was trained over."""
         config = self.config
         base = getattr(self.model, "sha256", None) or checkpoint_sha256(self.source_dir, default_cache_dir())
         lora = LoraSpec(config.lora_rank, config.lora_alpha, tuple(config.lora_targets))
-        save_adapter(self.model, self.out_dir, mode=config.mode, lora=lora if config.mode == "lora" else None,
-                     base_sha256=base, base_release_date=self.model.source.release_date,
-                     training_data_sha256=self.data_sha256)
+        save_adapter(self.model, out_dir or self.out_dir, mode=config.mode,
+                     lora=lora if config.mode == "lora" else None, base_sha256=base,
+                     base_release_date=self.model.source.release_date, training_data_sha256=self.data_sha256,
+                     base_quantization=self.model.backbone.quantization)
+
+    def _save_merged_from_disk(self) -> None:
+        """--merged over a quantized base: quantized weights cannot take the LoRA back (nor be written in the
+        released layout), so the adapter is merged into the unquantized base read from disk, as `omni export
+        --merge` does (omni.model.adapter_merge), on the CPU (RAM, not the card the quantized base was chosen
+        to fit)."""
+        from omni.model.adapter_merge import merge_adapter
+
+        with tempfile.TemporaryDirectory(dir=self.out_dir, prefix=".adapter.") as staging:
+            self._save_adapter(Path(staging) / "adapter")
+            dtype = str(self.model.backbone.dtype).removeprefix("torch.")
+            merge_adapter(Path(staging) / "adapter", self.source_dir, self.out_dir, device="cpu", dtype=dtype,
+                          replace=True)
+
+
+def _check_mergeable(source_dir: Path, scheme: str) -> None:
+    """--merged LoRA over a quantized base merges into the unquantized weights on disk: a base stored quantized has
+    none (ValueError saying so)."""
+    if scheme != "none" and "quantization_config" in json.loads((source_dir / "config.json").read_text()):
+        raise ValueError(f"--merged merges the LoRA into the unquantized base read from disk, but {source_dir} is "
+                         f"stored quantized ({scheme}): write the adapter (omit --merged), or fine-tune from the "
+                         "unquantized checkpoint")
 
 
 def _show(value: float | None) -> str:

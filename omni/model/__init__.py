@@ -21,6 +21,7 @@
     adapter_format.py  the adapter folder: adapter.json (validated), its files whole, its sha256, served names
     adapters.py     an adapter loaded beside the base (its head, LoRA weights, calibration, bound policy); Selection
     lora.py         LoRA adapters resident in the thinker (peft), applied per row of one forward
+    qlora.py        LoRA over a quantized base: which schemes it trains over / is served on; 4-bit layers trainable
     adapter_save.py   a fine-tuned head (and peft LoRA) written as an adapter folder beside its base
     adapter_merge.py  an adapter folder + its base (sha256 checked) written as one whole checkpoint
     export.py       a (fine-tuned) model, or a whole checkpoint directory, written in the released layout

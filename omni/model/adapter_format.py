@@ -1,7 +1,9 @@
 """The adapter format: a fine-tune as a folder beside one base checkpoint, not a whole new checkpoint.
 
     adapter.json                 the manifest (`AdapterManifest`): format, name-free identity of the base (the
-                                 checkpoint's sha256 as the audit record names it), mode (head | lora), the head's
+                                 checkpoint's sha256 as the audit record names it), the quantization scheme the
+                                 base was trained over (`base_quantization`, optional: none, nf4, int8 …; absent in
+                                 adapters written before it was recorded), mode (head | lora), the head's
                                  config, LoRA rank / alpha / target modules, the training data's hash, when it was
                                  made, and every other file with its bytes and sha256
     joint_head.safetensors       the joint-schema head (every adapter has its own)
@@ -83,10 +85,12 @@ class AdapterManifest:
     files: dict[str, FileEntry] = field(default_factory=dict)
     base_release_date: str | None = None   # the base checkpoint's release date, for /v1/models
     format: str = ADAPTER_FORMAT
+    base_quantization: str | None = None   # the --quantize scheme of the base it was trained over; None: not recorded
 
     def to_json(self) -> dict[str, Any]:
+        optional = {} if self.base_quantization is None else {"base_quantization": self.base_quantization}
         return {"format": self.format, "base_sha256": self.base_sha256, "base_release_date": self.base_release_date,
-                "mode": self.mode, "head_config": dict(self.head_config),
+                **optional, "mode": self.mode, "head_config": dict(self.head_config),
                 "lora": self.lora.to_json() if self.lora is not None else None,
                 "training_data_sha256": self.training_data_sha256, "created": self.created,
                 "files": {name: {"bytes": e.bytes, "sha256": e.sha256} for name, e in sorted(self.files.items())}}
@@ -113,7 +117,7 @@ def write_manifest(directory: str | Path, manifest: AdapterManifest) -> AdapterM
         files[name] = FileEntry(path.stat().st_size, file_sha256(path))
     written = AdapterManifest(manifest.base_sha256, manifest.mode, dict(manifest.head_config), manifest.lora,
                               manifest.training_data_sha256, manifest.created or now_utc(), files,
-                              manifest.base_release_date)
+                              manifest.base_release_date, base_quantization=manifest.base_quantization)
     (directory / MANIFEST_FILE).write_text(json.dumps(written.to_json(), indent=2) + "\n")
     return written
 
@@ -185,7 +189,18 @@ def read_manifest(directory: str | Path, name: str | None = None) -> AdapterMani
     return AdapterManifest(base, mode, dict(_need(raw, "head_config", dict, name)),
                            _lora(raw.get("lora"), name) if mode == "lora" else None,
                            data if isinstance(data, str) else None, str(raw.get("created") or ""),
-                           _files(raw.get("files"), name, mode), release if isinstance(release, str) else None)
+                           _files(raw.get("files"), name, mode), release if isinstance(release, str) else None,
+                           base_quantization=_quantization(raw.get("base_quantization"), name))
+
+
+def _quantization(raw: Any, name: str) -> str | None:
+    """base_quantization: absent (an adapter written before it was recorded) or a scheme's name."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not re.fullmatch(r"[a-z0-9]{1,16}", raw):
+        raise AdapterError(name, f"{MANIFEST_FILE}: base_quantization must be a scheme's name such as none or nf4, "
+                           f"not {raw!r}")
+    return raw
 
 
 def check_files(directory: str | Path, manifest: AdapterManifest, name: str | None = None) -> None:

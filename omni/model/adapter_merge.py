@@ -20,15 +20,18 @@ from omni.model.export import released_head_config, save_released
 
 
 def merge_adapter(adapter_dir: str | Path, base_dir: str | Path, out_dir: str | Path, *,
-                  cache_dir: str | None = None) -> Path:
-    """Write base + adapter as one checkpoint into `out_dir` (new or empty); the directory written."""
+                  cache_dir: str | None = None, device: str = "auto", dtype: str = "auto",
+                  replace: bool = False) -> Path:
+    """Write base + adapter as one checkpoint into `out_dir` (new or empty; with `replace`, an existing directory
+    whose checkpoint files are replaced: a fine-tune's own output); the directory written. The base is loaded
+    unquantized, on `device` in `dtype`, whatever quantization the adapter was trained over."""
     adapter_path, base, out = Path(adapter_dir), Path(base_dir), Path(out_dir)
     name = adapter_path.name
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if not replace and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise AdapterError(name, f"{out} already exists and is not an empty directory: merge into a new one")
     if out.resolve() in (base.resolve(), adapter_path.resolve()):
         raise AdapterError(name, "the output directory must differ from the base and the adapter")
-    model = ClefModel.load(base, cache_dir=cache_dir)
+    model = ClefModel.load(base, cache_dir=cache_dir, device=device, dtype=dtype, quantization="none")
     adapter = load_adapter(adapter_path, name, base_sha256=model.sha256, hidden_size=model.backbone.hidden_size,
                            device=model.forward.head_device, head_dtype=model.head.hidden_norm.weight.dtype,
                            slots=model.backbone.lora, base=str(base))

@@ -36,8 +36,10 @@ STALE = (MANIFEST_FILE, HEAD_FILE, CALIBRATION_FILE, *PEFT_FILES)
 
 
 def save_adapter(model: TrainableModel[RecordT], out_dir: str | Path, *, mode: str, lora: LoraSpec | None,
-                 base_sha256: str, base_release_date: str | None, training_data_sha256: str | None) -> AdapterManifest:
-    """Write `model`'s head (and, for mode lora, its peft LoRA weights) into `out_dir` as an adapter; its manifest."""
+                 base_sha256: str, base_release_date: str | None, training_data_sha256: str | None,
+                 base_quantization: str | None = None) -> AdapterManifest:
+    """Write `model`'s head (and, for mode lora, its peft LoRA weights) into `out_dir` as an adapter; its manifest.
+    `base_quantization`: the scheme the base was quantized as while it was trained (adapter.json records it)."""
     out = Path(out_dir)
     if mode == "lora" and (lora is None or model.backbone.peft_model is None):
         raise AdapterError(out.name, "a lora adapter needs its LoRA spec and the model's peft adapters")
@@ -50,7 +52,7 @@ def save_adapter(model: TrainableModel[RecordT], out_dir: str | Path, *, mode: s
         save_peft_weights(model.backbone.peft_model, out)
     manifest = AdapterManifest(base_sha256, mode, released_head_config(dict(model.head.config)),
                                lora if mode == "lora" else None, training_data_sha256,
-                               base_release_date=base_release_date)
+                               base_release_date=base_release_date, base_quantization=base_quantization)
     return write_manifest(out, manifest)
 
 

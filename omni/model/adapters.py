@@ -34,6 +34,7 @@ from omni.model.cache import resident_bytes
 from omni.model.calibration import Calibration, CalibrationError, load_calibration
 from omni.model.head import JointSchemaHead, build_joint_head
 from omni.model.lora import LoraSlots
+from omni.model.qlora import check_servable
 
 
 @dataclass(eq=False)
@@ -76,9 +77,11 @@ class Selection:
 
 
 def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_size: int, device: str | torch.device,
-                 head_dtype: torch.dtype, slots: LoraSlots, base: str = "the loaded backbone") -> Adapter:
+                 head_dtype: torch.dtype, slots: LoraSlots, base: str = "the loaded backbone",
+                 quantization: str = "none") -> Adapter:
     """The adapter in `directory`, called `name` (a served name is checked by the registry that serves it), checked
-    against the base (`base`: how to name it; AdapterError naming the cause)."""
+    against the base (`base`: how to name it; `quantization`: its text layers' scheme, whatever the scheme the
+    adapter was trained over; AdapterError naming the cause)."""
     from safetensors.torch import load_file
 
     directory = Path(directory)
@@ -104,6 +107,7 @@ def load_adapter(directory: str | Path, name: str, *, base_sha256: str, hidden_s
     policy = _bound_policy(directory, name)
     lora_key, lora_bytes = None, 0
     if manifest.mode == "lora":
+        check_servable(quantization, name)
         # a key of this version alone (a reload loads a new one beside it); torch module names may not hold "."
         lora_key = f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{uuid.uuid4().hex[:12]}"
         lora_bytes = slots.add(lora_key, directory, name)

@@ -120,7 +120,7 @@ class ClefModel:
         resident in the thinker. Call it where no forward runs at the same time (the engine's model lock)."""
         return load_adapter(directory, name, base_sha256=self.sha256, hidden_size=self.backbone.hidden_size,
                             device=self.forward.head_device, head_dtype=self.head.hidden_norm.weight.dtype,
-                            slots=self.backbone.lora)
+                            slots=self.backbone.lora, quantization=self.backbone.quantization)
 
     def unload_adapter(self, adapter: Adapter) -> None:
         """Free what `adapter` holds in the base (no record using it may still run)."""

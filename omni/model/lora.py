@@ -84,7 +84,7 @@ class LoraSlots:
         self._found = None
         try:
             inject_adapter_in_model(config, self.thinker, adapter_name=key)
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError, TypeError) as exc:    # TypeError: a quantized weight peft cannot wrap
             self._drop(key)
             raise AdapterError(adapter, f"its LoRA does not fit the base thinker: {exc}") from None
         outside = [n for n, m in self.thinker.named_modules()
