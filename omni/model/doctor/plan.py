@@ -148,8 +148,10 @@ def fit_gpu(model: Model, config: EngineConfig, gpu_gb: int, head_dtype: torch.d
     if chosen is None:
         lean = replace(config, prefix_cache_mb=0)
         for scheme in LEAST_LOSSY_FIRST:
-            context = largest(MIN_CONTEXT, config.max_context_tokens,
-                              lambda n, s=scheme: need(s, replace(lean, max_context_tokens=n)) <= room)
+            def fits_lean(n: int, s: str = scheme) -> bool:
+                return need(s, replace(lean, max_context_tokens=n)) <= room
+
+            context = largest(MIN_CONTEXT, config.max_context_tokens, fits_lean)
             if context:
                 chosen, config = scheme, replace(lean, max_context_tokens=context)
                 settings = {"prefix_cache_mb": 0, "max_context_tokens": context}
