@@ -1,6 +1,7 @@
 """api.cli: the `omni` command line.
 
     main.py    the parser and the one place errors are printed (exit 2, never a traceback for a caller's mistake)
+    library_logs.py  the libraries' import-time notices kept off stderr (torchao's kernels, torch's enum notice)
     decide.py  `omni decide` (request JSON + --image/--audio/--video/--part as named parts) and `omni make-tiny`
     serve.py   `omni serve`: settings -> uvicorn running api.http.app (or `--ray`: api.cluster), drain on SIGTERM
     review.py  `omni review`: `omni serve` with review on (--batch outputs, --report directories), prints the address
@@ -9,7 +10,8 @@
     learn.py   `omni eval`, `omni calibrate`, `omni finetune`
     replay.py  `omni replay LOG|RECORD`: logged decisions re-run and compared (exit 1 when one is not reproduced)
     export.py  `omni export statements LOG --map MAP.toml --out FILE.jsonl`: DSA statements of reasons from a log;
-               `omni export checkpoint MODEL --out DIR`: a checkpoint in the released (sharded, indexed) layout
+               `omni export checkpoint MODEL --out DIR [--quantize SCHEME]`: a checkpoint in the released (sharded,
+               indexed) layout, or pre-quantized
     policy.py  `omni policy fit DATA --target-precision P --out POLICY.toml` (thresholds from labels), `check FILE`
     report.py  `omni report drift LOG --window 1h`: answer/confidence/outcome drift between windows (PSI), PNG
     report_output.py  what every report command shares: one-line refusals, the reading progress bar, md rows

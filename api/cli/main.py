@@ -21,6 +21,7 @@ import importlib.util
 import logging
 import sys
 
+from api.cli.library_logs import quiet_libraries
 from omni.contract.errors import InvalidRequest, OmniError
 from preprocess.errors import MediaError
 
@@ -116,16 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
         add(command)
         command.set_defaults(func=run)
     return parser
-
-
-# libraries whose import-time notices are not the user's business: torchao's optional CUDA kernels that a CPU (or
-# another GPU) build cannot load, and torch's deprecation notice about the enums torchao registers
-QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
-def quiet_libraries() -> None:
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def main(argv: list[str] | None = None) -> int:

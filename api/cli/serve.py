@@ -223,7 +223,7 @@ def _settle_heap() -> None:
 
 
 def _configure_logging(level: str) -> None:
-    from api.cli.main import quiet_libraries
+    from api.cli.library_logs import quiet_libraries
 
     logging.basicConfig(level=level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)

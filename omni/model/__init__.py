@@ -11,6 +11,7 @@
     backbone.py     the Qwen3-Omni thinker: strict load, one prefill, caches to continue from
     chunk_cache.py  the key/value cache layers a prefill fills (one preallocated for chunked prefill)
     quantize.py     --quantize schemes (bitsandbytes / torchao) for the text layers; a checkpoint's stored scheme
+    quantized_export.py  a checkpoint written pre-quantized, as its library saves it (`omni export --quantize`)
     attention.py    the causal SDPA the text layers run (also continuing a cache), maskless
     head.py         Clef's joint-schema head (§3 math), batched
     prompt.py       the reference prompt and its spans; state truncation
