@@ -48,7 +48,9 @@ def plan_screen(plan: Plan, directory: Path) -> list[str]:
             f"{gib(request.peak.kv_bytes)} = {gib(request.peak.total_bytes)} at its peak ({how})")
     caches = (f"  caches: prefix {gib(plan.prefix_cache_bytes)} on the device, media {gib(plan.media_cache_bytes)} in "
               f"host memory; runtime {gib(plan.runtime_bytes)}, +10% slack; a GPU gives 90% of itself")
-    lines += ["", peak, caches, "",
+    unpacked = "; ".join(f"{name} unpacks one layer's experts while it runs: {gib(size)} (bfloat16)"
+                         for name, size in plan.dequantized_bytes.items())
+    lines += ["", peak, caches] + ([f"  {unpacked} — counted in the table below"] if unpacked else []) + ["",
               (f"  {'GPU':<8}{'fits':<6}{'scheme':<8}{'needs':>10}{'usable':>10}{'max context':>13}"
                f"{'max batch':>11}  with")]
     for fit in plan.gpus:

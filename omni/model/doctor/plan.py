@@ -24,7 +24,7 @@ from omni.contract.config import EngineConfig
 from omni.model.doctor.layout import ModelShape
 from omni.model.doctor.memory import RUNTIME_BYTES, SLACK_FRACTION, TIGHT_FRACTION
 from omni.model.doctor.plan_peak import Media, Peak, Towers, chunked_peak, forward_peak, kv_per_token, media_bytes
-from omni.model.doctor.plan_weights import ThinkerTensors, WeightBytes, weight_bytes
+from omni.model.doctor.plan_weights import ThinkerTensors, WeightBytes, dequantized_bytes, weight_bytes
 
 GB, MiB = 10 ** 9, 1024 ** 2
 GPUS_GB = (24, 32, 48, 80, 96, 141)
@@ -83,6 +83,7 @@ class Plan:
     media_cache_bytes: int
     runtime_bytes: int
     gpus: list[Fit]
+    dequantized_bytes: dict[str, int] = field(default_factory=dict)   # per scheme: what one layer unpacks (nf4)
 
     def to_json(self) -> dict[str, Any]:
         return {"limits": self.limits, "weights": [w.to_json() for w in self.weights],
@@ -90,7 +91,8 @@ class Plan:
                 "caches": {"prefix_cache_bytes": self.prefix_cache_bytes, "prefix_cache_on": "device",
                            "media_cache_bytes": self.media_cache_bytes, "media_cache_on": "host"},
                 "runtime_bytes": self.runtime_bytes, "slack_fraction": SLACK_FRACTION,
-                "usable_fraction": TIGHT_FRACTION, "gpus": [f.to_json() for f in self.gpus]}
+                "usable_fraction": TIGHT_FRACTION, "gpus": [f.to_json() for f in self.gpus],
+                "dequantized_bytes": self.dequantized_bytes}
 
 
 def usable(gpu_gb: int) -> int:
@@ -141,7 +143,10 @@ def fit_gpu(model: Model, config: EngineConfig, gpu_gb: int, head_dtype: torch.d
 
     def need(scheme: str, cfg: EngineConfig) -> int:
         weights = weight_bytes(model.tensors, scheme, dtype, head_dtype)
-        return device_need(weights, request_peak(model, cfg, dtype.itemsize), int(cfg.prefix_cache_mb * MiB))
+        request = request_peak(model, cfg, dtype.itemsize)
+        unpacked = dequantized_bytes(model.tensors, scheme, dtype)      # alive during the MoE phase of one layer
+        request = replace(request, peak=Peak(request.peak.activation_bytes + unpacked, request.peak.kv_bytes))
+        return device_need(weights, request, int(cfg.prefix_cache_mb * MiB))
 
     chosen = next((s for s in LEAST_LOSSY_FIRST if need(s, config) <= room), None)
     settings: dict[str, int] = {}
@@ -189,7 +194,9 @@ def make_plan(model: Model, config: EngineConfig, dtype: torch.dtype, head_dtype
               "dtype": str(dtype).removeprefix("torch."), "head_dtype": str(head_dtype).removeprefix("torch.")}
     return Plan(limits, every_scheme(model.tensors, head_dtype), request_peak(model, config, dtype.itemsize),
                 int(config.prefix_cache_mb * MiB), int(config.media_cache_mb * MiB), RUNTIME_BYTES,
-                [fit_gpu(model, config, gb, head_dtype) for gb in gpus])
+                [fit_gpu(model, config, gb, head_dtype) for gb in gpus],
+                {name: dequantized_bytes(model.tensors, name, torch.bfloat16) for name in LEAST_LOSSY_FIRST
+                 if dequantized_bytes(model.tensors, name, torch.bfloat16)})
 
 
 def plan_model(backbone_config: Any, head_config: dict[str, Any] | None) -> Model:

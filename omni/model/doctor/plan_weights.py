@@ -106,6 +106,19 @@ def weight_bytes(tensors: ThinkerTensors, scheme: str, dtype: torch.dtype, head_
                        tensors.rest_params * item + tensors.buffer_bytes, tensors.head_params * head_dtype.itemsize)
 
 
+def dequantized_bytes(tensors: ThinkerTensors, scheme: str, dtype: torch.dtype) -> int:
+    """What a scheme unpacks while a layer runs, on top of the weights: nf4's fused experts are bitsandbytes
+    parametrizations that dequantize a whole parameter on access and keep it (the parametrization cache) until the
+    experts module's forward ends, so one layer's gate_up and down projections live in `dtype` at once (the largest
+    layer's pair). torchao's weight-only schemes and bitsandbytes' Linear4bit dequantize inside their kernels, one
+    projection at a time (not counted)."""
+    if scheme != "nf4":
+        return 0
+    experts = [math.prod(shape) for shape in tensors.quantized if len(shape) == 3]   # per layer: gate_up, down
+    pairs = [sum(experts[i:i + 2]) for i in range(0, len(experts), 2)]
+    return max(pairs, default=0) * dtype.itemsize
+
+
 def every_scheme(tensors: ThinkerTensors, head_dtype: torch.dtype) -> list[WeightBytes]:
     """Unquantized in float32 and bfloat16, then each quantized scheme over bfloat16 (the GPU load dtype)."""
     plain = [weight_bytes(tensors, "none", dtype, head_dtype) for dtype in (torch.float32, torch.bfloat16)]

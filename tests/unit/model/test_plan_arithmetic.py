@@ -3,6 +3,7 @@ terms of a prefill on a shape worked by hand, and the search for the largest set
 from __future__ import annotations
 
 import pytest
+import torch
 
 from omni.model.doctor.layout import ModelShape
 from omni.model.doctor.plan import largest
@@ -58,3 +59,13 @@ def test_largest_finds_the_edge_and_zero_when_nothing_fits():
     assert largest(1, 1000, lambda n: n <= 377) == 377
     assert largest(1, 1000, lambda n: True) == 1000
     assert largest(5, 1000, lambda n: n < 5) == 0
+
+
+def test_nf4_unpacks_one_layers_experts_at_once_the_others_nothing():
+    from omni.model.doctor.plan_weights import ThinkerTensors, dequantized_bytes
+
+    layers = [(128, 2 * 768, 2048), (128, 2048, 768)] * 48          # the released experts: gate_up, down per layer
+    tensors = ThinkerTensors(((2048, 2048), *layers), rest_params=0, buffer_bytes=0, head_params=0)
+    assert dequantized_bytes(tensors, "nf4", torch.bfloat16) == 3 * 128 * 768 * 2048 * 2 == 1_207_959_552
+    assert dequantized_bytes(tensors, "nf4", torch.float32) == 2 * 1_207_959_552
+    assert all(dequantized_bytes(tensors, s, torch.bfloat16) == 0 for s in ("none", "int8", "fp8", "int4"))
