@@ -135,12 +135,9 @@ class ClefModel:
 
     def probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
         with self.backbone.grad_off():
-            return self._probabilities(records)
-
-    def _probabilities(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor]]:
-        per_record = self.logits(records)
-        return [option_probabilities(self._calibrated(record, logits, record.selection.adapter))
-                for record, logits in zip(records, per_record, strict=True)]
+            per_record = self.logits(records)
+            return [option_probabilities(self._calibrated(record, logits, record.selection.adapter))
+                    for record, logits in zip(records, per_record, strict=True)]
 
     @torch.inference_mode()
     def score_shadows(self, records: Sequence[PreparedRecord]) -> list[list[torch.Tensor] | None]:

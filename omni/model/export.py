@@ -19,12 +19,14 @@ so calibration and training notes travel with them. Knows nothing of training lo
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,15 +207,29 @@ def _readable(directory: Path) -> None:
         path.chmod(0o644)
 
 
+@contextlib.contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A staging directory beside `out` to write a checkpoint into; renamed into place (readable by all) only when the
+    block completes, removed otherwise: a checkpoint is written whole or not at all. `out`: new or empty."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield staging
+        _readable(staging)
+        if out.exists():
+            out.rmdir()             # empty (fresh_target checked)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def export_checkpoint(source_dir: str | Path, out_dir: str | Path,
                       max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> Path:
     """Write the checkpoint in `source_dir` into the new directory `out_dir` in the released layout (see above)."""
     source, out = Path(source_dir), Path(out_dir)
     fresh_target(source, out)
     _refuse_unloadable(source)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged(out) as staging:
         weight_files = source_files(source)
         write_shards(stored_tensors(weight_files), staging, max_shard_bytes)
         shutil.copy2(source / "joint_head.safetensors", staging / "joint_head.safetensors")
@@ -225,10 +241,4 @@ def export_checkpoint(source_dir: str | Path, out_dir: str | Path,
         for path in sorted(source.iterdir()):
             if path.is_file() and path.name not in REWRITTEN and path.suffix != ".safetensors":
                 shutil.copy2(path, staging / path.name)
-        _readable(staging)
-        if out.exists():
-            out.rmdir()             # empty (checked above)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out

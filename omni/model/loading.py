@@ -9,11 +9,9 @@ Knows nothing of requests, forwards, caches' contents, serving or the environmen
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -78,14 +76,7 @@ def check_quantization(config: EngineConfig, device: str | None = None) -> None:
     library is missing, `device` (default: the config's) cannot run it, or a local pre-quantized checkpoint is stored
     in another scheme. `device` "any" skips the device check (Ray replicas whose devices are not known yet)."""
     directory = DEMO_CHECKPOINT_DIR if config.model_path is None else Path(config.model_path)
-    stored = None
-    if (directory / "config.json").is_file():
-        try:
-            saved = json.loads((directory / "config.json").read_text())
-        except (OSError, ValueError):
-            saved = {}        # the loader names what is wrong with it
-        stored = quantize.stored_scheme(SimpleNamespace(quantization_config=saved.get("quantization_config")))
-    scheme = quantize.resolve(config.quantize, stored, directory)
+    scheme = quantize.resolve(config.quantize, quantize.stored_scheme_in(directory), directory)
     if device == "any":
         quantize.check_usable(scheme, "cuda")
     else:

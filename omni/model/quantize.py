@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,9 +88,21 @@ def check_usable(name: str, device: str) -> Scheme:
     return chosen
 
 
+def stored_scheme_in(directory: Path) -> str | None:
+    """The scheme `directory`'s config.json names, read without transformers (None: unquantized, or no readable
+    config.json — the loader names what is wrong with it)."""
+    try:
+        saved = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return stored_scheme(saved) if isinstance(saved, dict) else None
+
+
 def stored_scheme(config: Any) -> str | None:
-    """The scheme a pre-quantized checkpoint's config.json names (`quantization_config`), None when it has none."""
-    stored = getattr(config, "quantization_config", None)
+    """The scheme a pre-quantized checkpoint's config names (`quantization_config`, of a transformers config or of
+    config.json's dict), None when it has none."""
+    stored = config.get("quantization_config") if isinstance(config, dict) else getattr(config, "quantization_config",
+                                                                                          None)
     if stored is None:
         return None
     stored = stored if isinstance(stored, dict) else stored.to_dict()
@@ -127,14 +141,19 @@ def loading_arguments(name: str, dtype: torch.dtype) -> dict[str, Any]:
         return {"quantization_config": BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
             llm_int8_skip_modules=list(KEEP))}
-    import torchao.quantization as ao
     from transformers import TorchAoConfig
 
-    base = getattr(ao, _TORCHAO_CONFIGS[name])()
-    arguments: dict[str, Any] = {"quantization_config": TorchAoConfig(ao.FqnToConfig({f"re:{TARGETS}$": base}))}
+    arguments: dict[str, Any] = {"quantization_config": TorchAoConfig(_torchao_config(name, TARGETS))}
     if name == "int8":
         arguments["experts_implementation"] = "eager"   # Int8Tensor has no transpose/bmm for the grouped forward
     return arguments
+
+
+def _torchao_config(name: str, targets: str) -> Any:
+    """torchao's config of the scheme for the weights `targets` names (modules and the fused experts' parameters)."""
+    import torchao.quantization as ao
+
+    return ao.FqnToConfig({f"re:{targets}$": getattr(ao, _TORCHAO_CONFIGS[name])()})
 
 
 def finish(thinker: nn.Module, name: str) -> None:
@@ -179,8 +198,7 @@ def quantize_built(thinker: Any, name: str, dtype: torch.dtype) -> None:
         return
     import torchao.quantization as ao
 
-    ao.quantize_(thinker, ao.FqnToConfig({f"re:{targets.pattern}$": getattr(ao, _TORCHAO_CONFIGS[name])()}),
-                 filter_fn=None)
+    ao.quantize_(thinker, _torchao_config(name, targets.pattern), filter_fn=None)
     if name == "int8":
         thinker.set_experts_implementation("eager")     # as `loading_arguments` says
 

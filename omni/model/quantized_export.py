@@ -16,16 +16,14 @@ renamed into place only when whole.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from omni.model import quantize
 from omni.model.backbone import loadable_class, resolve_device
 from omni.model.checkpoint import check_checkpoint_files
-from omni.model.export import NOT_CARRIED, fresh_target
+from omni.model.export import NOT_CARRIED, fresh_target, staged
 
 ARCHITECTURE = "Qwen3OmniMoeForConditionalGeneration"
 
@@ -50,23 +48,13 @@ def export_quantized(source_dir: str | Path, out_dir: str | Path, scheme_name: s
     config.enable_audio_output = False
     model = loadable_class().from_pretrained(source, config=config, dtype="auto", device_map={"": device},
                                              **quantize.loading_arguments(scheme_name, _source_dtype(config)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged(out) as staging:
         model.save_pretrained(staging)
         _released_config(staging / "config.json")
         for path in sorted(source.iterdir()):
             if path.is_file() and path.suffix != ".safetensors" and path.name not in _WRITTEN:
                 shutil.copy2(path, staging / path.name)
         shutil.copy2(source / "joint_head.safetensors", staging / "joint_head.safetensors")
-        staging.chmod(0o755)
-        for path in staging.iterdir():
-            path.chmod(0o644)
-        if out.exists():
-            out.rmdir()             # empty (fresh_target checked)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 

@@ -11,34 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-HANG_GUARD_S = 600
+from tests.integration.benchmarks.smoke_helpers import json_lines, run_smoke, table
+
 QUESTIONS = {"label_visible", "sounds_normal", "fan_running", "severity", "next_step"}
-
-
-def run(*extra: str) -> str:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
-    done = subprocess.run([sys.executable, "benchmarks/quantization.py", "--smoke", *extra], check=False, cwd=ROOT,
-                          capture_output=True, text=True, timeout=HANG_GUARD_S, env=clean)
-    assert done.returncode == 0, f"exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-def table(stdout: str, header_start: str) -> list[list[str]]:
-    """The cells of the markdown table whose header starts with `header_start`."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return rows
 
 
 def check_answers(int8: dict) -> None:
@@ -73,8 +50,8 @@ def check_costs(rows: dict[str, dict]) -> None:
 
 
 def check_quantization(tmp_path: Path) -> None:
-    out = run("--json", str(tmp_path / "q.json"))
-    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    out = run_smoke("quantization.py", "--json", str(tmp_path / "q.json")).stdout
+    lines = json_lines(out)
     env = next(line for line in lines if line["event"] == "env")
     assert env["smoke"] is True
     assert env["hidden_size"] == 64

@@ -8,12 +8,10 @@ import pytest
 from api.cli import batch, decide, learn, replay, serve
 from api.cli.main import build_parser
 from omni.contract.config import QUANTIZE_CHOICES
+from tests.unit.cli.test_torch_threads import COMMANDS as MODEL_COMMANDS
 
-COMMANDS = {"decide": ["decide", "r.json"], "batch": ["batch", "in.jsonl", "--out", "o.jsonl"],
-            "eval": ["eval", "d.jsonl", "--out", "o"], "calibrate": ["calibrate", "d.jsonl"],
-            "finetune": ["finetune", "d.jsonl", "--out", "o"],
-            "policy fit": ["policy", "fit", "d.jsonl", "--target-precision", "0.9", "--out", "p.toml"],
-            "policy check": ["policy", "check", "p.toml", "--on", "d.jsonl"], "serve": ["serve"]}
+# every command that loads the model here (test_torch_threads' list) but replay, which takes the record's scheme
+COMMANDS = {name: argv for name, argv in MODEL_COMMANDS.items() if name != "replay"}
 
 
 @pytest.mark.parametrize("command", COMMANDS)
