@@ -366,6 +366,10 @@ function renderDetails(response, serverTiming) {
 const review = {
   queues: [], queue: null, items: [], index: -1, item: null, question: 0, opened: null, urls: [],
   undoStack: [],             // the page's own actions, newest last: {event, queue, key, what}
+  // the newest list load and the newest item load: an older one still in flight is dropped when it returns
+  // (a new list supersedes an item still loading; an item does not supersede a list: back/forward fire both
+  // popstate and hashchange, and the second follow shows the item while the first one's list loads)
+  listTurn: 0, itemTurn: 0,
   maxCommentChars: null,
 
   open() {
@@ -440,6 +444,8 @@ const review = {
   },
 
   async loadItems(keepKey = null, push = true) {
+    const turn = ++this.listTurn;
+    this.itemTurn += 1;
     const changed = this.queue !== $("#queue").value;
     this.queue = $("#queue").value;
     $("#review-error").textContent = "";
@@ -451,7 +457,11 @@ const review = {
     for (const [k, v] of filters) params.set(k, v);
     try {
       this.items = (await json(`/v1/review/queues/${encodeURIComponent(this.queue)}/items?${params}`)).items;
-    } catch (e) { $("#review-error").textContent = e.message; this.items = []; this.renderList(); return; }
+    } catch (e) {
+      if (turn !== this.listTurn) return;
+      $("#review-error").textContent = e.message; this.items = []; this.renderList(); return;
+    }
+    if (turn !== this.listTurn) return;      // a newer address or filter was followed while this list loaded
     const isDone = (it) => (it.state ? it.state === "done" : it.labelled >= it.questions);
     // an item in the disagreements queue is done by its k reviewers and waits for a decision: never hidden as done
     if (!$("#show-done").checked && !filters.get("state") && this.queue !== "disagreements") this.items = this.items.filter((it) => !isDone(it) || it.key === keepKey);
@@ -491,17 +501,22 @@ const review = {
   },
 
   async show(index, push = true) {
+    const turn = ++this.itemTurn;
     this.index = index;
     const key = this.items[index].key;
     for (const b of document.querySelectorAll("#items button")) b.setAttribute("aria-current", String(b.dataset.key === key));
+    let item;
     try {
-      this.item = await json(this.itemPath(key));
-    } catch (e) { $("#review-error").textContent = e.message; return; }
+      item = await json(this.itemPath(key));
+    } catch (e) { if (turn === this.itemTurn) $("#review-error").textContent = e.message; return; }
+    if (turn !== this.itemTurn) return;      // another item or list was asked for while this one loaded
+    this.item = item;
     for (const url of this.urls) URL.revokeObjectURL(url);
     this.urls = [];
     const firstOpen = this.item.questions.findIndex((q) => !(q.id in this.item.labels));
     this.question = firstOpen >= 0 ? firstOpen : 0;
     await this.renderItem();
+    if (turn !== this.itemTurn) return;
     team.suggest(this.item);
     this.record(push);
   },
