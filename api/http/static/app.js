@@ -5,6 +5,7 @@
 
 import { $, el, pct, when } from "./dom.js";
 import * as team from "./team.js";
+import * as evidence from "./evidence.js";
 
 const KEY_STORE = "omni.apiKey";
 
@@ -273,9 +274,11 @@ async function submitAsk(event) {
   checkMediaLimits();
   renderMedia();
   if (ask.media.some((m) => m.error)) { $("#ask-error").textContent = "fix or remove the files marked above"; return; }
+  if ($("#ask-evidence").checked && body.x_evidence === undefined) body.x_evidence = true;
   const form = new FormData();
   form.append("request", new Blob([JSON.stringify(body)], { type: "application/json" }), "request.json");
-  for (const m of ask.media) form.append(m.slot, m.file, m.file.name);
+  const sent = { images: [], audio: [], videos: [] };     // the evidence is drawn over the files as they were sent
+  for (const m of ask.media) { form.append(m.slot, m.file, m.file.name); sent[m.slot].push(m.file); }
   const button = $("#ask-button");
   button.disabled = true;
   $("#ask-status").textContent = "asking…";
@@ -287,6 +290,7 @@ async function submitAsk(event) {
     $("#answers").classList.remove("stale");
     renderAnswers(body.questions || {}, answer);
     renderDetails(answer, response.headers.get("server-timing") || "");
+    evidence.render($("#evidence"), answer.x_evidence, { state: body.state, source: (slot, i) => sent[slot][i] });
     const top = $("#answers").getBoundingClientRect().top;
     if (top < 0 || top > window.innerHeight * 0.8) $("#answers").scrollIntoView({ block: "start" });   // one column
     const by = answer.model && answer.model !== ask.baseModel ? ` by ${answer.model}` : "";
@@ -529,12 +533,13 @@ const review = {
     const item = this.item;
     const media = el("div", { class: "media" });
     const inSlot = {};                       // an item's media are numbered within their slot: images[0], audio[0]
+    const urls = {};                         // and drawn again under their evidence, when the item has some
     for (const m of item.media) {
       const path = `${this.itemPath(item.key)}/media/${m.index}`;
       const label = `${m.slot}[${inSlot[m.slot] = (inSlot[m.slot] ?? -1) + 1}]`;
       const holder = el("figure", { "data-media": label });
       media.append(holder);
-      blobUrl(path).then((url) => {
+      (urls[label] = blobUrl(path)).then((url) => {
         this.urls.push(url);
         holder.append(m.kind === "image" ? el("img", { src: url, alt: label })
           : el(m.kind === "video" ? "video" : "audio", { src: url, controls: true, preload: "metadata", "aria-label": `play ${label}` }));
@@ -548,8 +553,10 @@ const review = {
           : `${r.question}: confidence ${pct(r.confidence)} below ${pct(r.auto_at)}`).join("; ")}`) : null,
       item.media.length ? media : null,
       el("div", { class: "state", text: state }),
+      el("section", { id: "item-evidence", class: "evidence", "aria-labelledby": "item-evidence-title", hidden: true }),
       el("div", { id: "item-questions" }),
       el("div", { id: "item-trail" })].filter((child) => child !== null));
+    evidence.render($("#item-evidence"), item.evidence, { state: item.state, source: (slot, i) => urls[`${slot}[${i}]`] });
     this.renderAnswers();
     this.renderTrail();
     // a new item starts at its title and media: scrolling only to its first question (as highlight does) would
@@ -884,6 +891,7 @@ async function noteKeeping() {
 function start() {
   setupTabs();
   setupDrop();
+  evidence.install();
   $("#ask-form").addEventListener("submit", submitAsk);
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && !$("#ask").hidden) { e.preventDefault(); $("#ask-form").requestSubmit(); }

@@ -176,6 +176,7 @@ export const SHORTCUTS = [
   ["f", "flag the item, with a reason"],
   ["c", "write a comment"],
   ["Ctrl+Z or ⌘Z", "undo your last label, skip or flag"],
+  ["e", "show or hide the evidence's heat maps and boxes (when evidence is shown)"],
   ["?", "show these shortcuts"], ["Esc", "close this list"],
 ];
 
