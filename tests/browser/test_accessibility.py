@@ -1,5 +1,5 @@
 """Issue 22, "accessible": axe-core (from the npm registry, pinned in scripts/bootstrap.sh) finds no serious or
-critical WCAG 2.0–2.2 A/AA violation on Ask (empty, and answered), Review (an item shown) and Report (an eval report),
+critical WCAG 2.0–2.2 A/AA violation on Ask (empty, answered, and answered with its evidence shown), Review (an item shown) and Report (an eval report),
 at 1366×900 and on a 390×844 touch phone; the focus ring has 3:1 contrast against what surrounds it; on a phone every
 control is at least 44×44 CSS px; keyboard hints show on a desktop and are hidden on a touch screen.
 
@@ -27,7 +27,7 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 SCREENS = {"desktop": {"viewport": {"width": 1366, "height": 900}},
            "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True,
                      "device_scale_factor": 3}}
-VIEWS = ["ask", "ask-answered", "review", "report"]
+VIEWS = ["ask", "ask-answered", "ask-evidence", "review", "report"]
 TARGET_PX = 44
 # what a touch-target check measures: every control a finger presses (a checkbox or radio by its label's box)
 CONTROLS = ("button, .button, select, input:not([type=hidden]):not([type=file]), textarea, a[href], summary, "
@@ -87,10 +87,16 @@ def show(page, url: str, view: str) -> None:
         expect(page.locator("#model-name")).to_contain_text("clef-omni")
         if view == "ask-answered":
             page.set_input_files("#files", [str(EXAMPLES / "inspection" / "unit.png")])
+        if view == "ask-evidence":                 # the evidence of a photo, a recording and a video, and the state
+            page.set_input_files("#files", [str(EXAMPLES / "inspection" / name) for name in ("unit.png", "hum.wav", "fan.mp4")])
+            page.check("#ask-evidence")
+        if view != "ask":
             page.select_option("#preset", "inspection")
             page.click("#load-preset")
             page.click("#ask-button")
             expect(page.locator("#answers .answer")).to_have_count(5)
+        if view == "ask-evidence":
+            expect(page.locator('#evidence figure[data-evidence="videos[0]"] button.ev-moment').first).to_be_visible()
     elif view == "review":
         page.goto(url + "#review")
         expect(page.locator("#item .rq").first).to_be_visible()

@@ -168,7 +168,7 @@ function heatCanvas(heatmap) {
   const image = context.createImageData(cols, rows);
   heatmap.forEach((row, r) => row.forEach((w, c) => {
     const t = Math.sqrt(Math.max(w, 0) / most);     // square root: the lighter cells stay visible
-    image.data.set([255, Math.round(215 * (1 - t)), 0, Math.round(190 * t)], 4 * (r * cols + c));
+    image.data.set([255, Math.round(215 * (1 - t)), 0, Math.round(170 * t)], 4 * (r * cols + c));
   }));
   context.putImageData(image, 0, 0);
   return canvas;
