@@ -82,6 +82,9 @@ class SystemOneRequest(_Open):
                           "asked alone about the same state and media. Default: the server's --isolation")
     x_audit: bool = Field(False, description="true: the response carries the decision's audit record as `x_audit` "
                                              "(also sent for every request under --audit always)")
+    x_evidence: bool | dict[str, Any] = Field(
+        False, description='true, or {"options": "chosen" | "all", "top": 1..16}: the response carries `x_evidence`, '
+                           "where in the state and media each answer came from (docs/evidence.md)")
 
 
 class MultipartRequest(BaseModel):
@@ -133,6 +136,9 @@ class SystemOneResponse(BaseModel):
         None, description="the audit record (format omni-audit/1), when asked for: model and calibration sha256, the "
                           "prompt's input-ids sha256 and tokens, each medium's sha256 and what was used of it, "
                           "software versions and device, request id, decided_at, unrounded probabilities")
+    x_evidence: dict[str, Any] | None = Field(
+        None, description="when asked for: {method, questions: {id: {answer, share, state, images, audio, videos}}} "
+                          "(docs/evidence.md)")
 
 
 class ValidationIssue(BaseModel):

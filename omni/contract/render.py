@@ -64,4 +64,6 @@ def render_request(request: DecisionRequest, media_entries: Sequence[JSONValue] 
         body["x_isolation"] = request.isolation
     if request.audit:
         body["x_audit"] = True
+    if request.evidence is not None:
+        body["x_evidence"] = request.evidence.to_wire()
     return body

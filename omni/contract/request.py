@@ -3,7 +3,7 @@
 Every edge calls `parse_request`: HTTP (JSON and multipart), `omni decide`, dataset lines. It folds every media form
 (`omni.contract.media_forms`: Clef slots, avrik `{data, media_type}` objects, llama.cpp `files`, TypeSafe `assets`
 with placeholders, named parts),
-validates state, questions, `truncate`, `x_isolation`, `x_audit` and `model`, and reports every violation of a body
+validates state, questions, `truncate`, `x_isolation`, `x_audit`, `x_evidence` and `model`, and reports every violation of a body
 together as `Issue`s naming the field path and the limit; a well-formed request for a model this server does not answer as is `UnknownModel`.
 Knows nothing of HTTP, pydantic, torch or the model. Never fetches URLs or reads paths.
 """
@@ -16,11 +16,14 @@ from omni.contract.errors import InvalidRequest, Issues, Loc, UnknownModel, clip
 from omni.contract.json_values import JSONValue, json_value_problem
 from omni.contract.media_forms import collect_media, replace_placeholders
 from omni.contract.types import (
+    EVIDENCE_OPTIONS,
     ISOLATION_MODES,
+    MAX_EVIDENCE_TOP,
     NOUL_DEFAULT_FALSE,
     NOUL_DEFAULT_TRUE,
     QUESTION_TYPES,
     DecisionRequest,
+    EvidenceAsk,
     Option,
     Part,
     Question,
@@ -175,9 +178,33 @@ def parse_request(body: JSONValue, config: EngineConfig, parts: Sequence[Part] =
     audit = body.get("x_audit", False)
     if not isinstance(audit, bool):
         issues.add(("x_audit",), "x_audit must be a boolean", "bool_type")
+    evidence = evidence_ask(body.get("x_evidence", False), issues)
     questions = _questions(body.get("questions"), config, issues, replacements)
     issues.raise_if_any()
     served_model(model, config, adapters)
     return DecisionRequest(state=state, questions=questions, model=model, media=tuple(media), truncate=truncate,
                            request_id=body.get("id") if isinstance(body.get("id"), str) else None, isolation=isolation,
-                           audit=audit)
+                           audit=audit, evidence=evidence)
+
+
+def evidence_ask(value: JSONValue, issues: Issues) -> EvidenceAsk | None:
+    """`x_evidence`: false/absent -> None, true -> the chosen answers' top 3, or {"options": "chosen"|"all",
+    "top": 1..MAX_EVIDENCE_TOP} (every key optional, no other key)."""
+    if isinstance(value, bool):
+        return EvidenceAsk() if value else None
+    if not isinstance(value, dict):
+        issues.add(("x_evidence",), 'x_evidence must be a boolean or an object {"options": "chosen" | "all", '
+                   f'"top": 1..{MAX_EVIDENCE_TOP}}}', "bool_type")
+        return None
+    for key in sorted(set(value) - {"options", "top"}):
+        issues.add(("x_evidence", key), f"unknown key {quoted(key)}: x_evidence takes options and top", "extra_forbidden")
+    options, top = value.get("options", "chosen"), value.get("top", 3)
+    if options not in EVIDENCE_OPTIONS:
+        issues.add(("x_evidence", "options"), f"Input should be {' or '.join(map(repr, EVIDENCE_OPTIONS))}",
+                   "literal_error")
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_EVIDENCE_TOP:
+        issues.add(("x_evidence", "top"), f"top must be an integer from 1 to {MAX_EVIDENCE_TOP}", "int_type")
+    if options not in EVIDENCE_OPTIONS or isinstance(top, bool) or not isinstance(top, int) \
+            or not 1 <= top <= MAX_EVIDENCE_TOP or set(value) - {"options", "top"}:
+        return None
+    return EvidenceAsk(str(options), top)

@@ -71,6 +71,22 @@ class Part:
     origin: str | None = None
 
 
+EVIDENCE_OPTIONS = ("chosen", "all")
+MAX_EVIDENCE_TOP = 16
+
+
+@dataclass(frozen=True)
+class EvidenceAsk:
+    """`x_evidence`: for which options the evidence is mapped (the chosen answer, or every option) and how many
+    of the top boxes, spans, moments and windows each map lists."""
+
+    options: str = "chosen"
+    top: int = 3
+
+    def to_wire(self) -> JSONValue:
+        return True if self == EvidenceAsk() else {"options": self.options, "top": self.top}
+
+
 @dataclass(frozen=True)
 class DecisionRequest:
     """A validated System One request in core terms."""
@@ -83,6 +99,7 @@ class DecisionRequest:
     request_id: str | None = None
     isolation: str | None = None             # x_isolation: "joint" | "isolated"; None = the server's default
     audit: bool = False                      # x_audit: the caller asks for the audit record in the response
+    evidence: EvidenceAsk | None = None      # x_evidence: where each answer came from (None: not asked)
 
 
 @dataclass(frozen=True)
@@ -154,6 +171,7 @@ class Decision:
     outcome: Outcome | None = None           # act / review / pass under the server's policy (`x_outcome`)
     shadow: Future[ShadowScore | None] | None = None   # a shadow candidate's score, when one scores this model's
                                                        # requests (None inside: dropped before it would delay)
+    evidence: JSONObject | None = None       # `x_evidence`, when the request asked for it (docs/evidence.md)
 
     def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
@@ -171,4 +189,6 @@ class Decision:
             body["x_outcome"] = self.outcome.to_wire()
         if self.audit is not None and self.audit_shown:
             body["x_audit"] = self.audit.to_wire()
+        if self.evidence is not None:
+            body["x_evidence"] = self.evidence
         return body

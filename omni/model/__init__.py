@@ -14,6 +14,10 @@
     quantized_export.py  a checkpoint written pre-quantized, as its library saves it (`omni export --quantize`)
     attention.py    the causal SDPA the text layers run (also continuing a cache), maskless
     head.py         Clef's joint-schema head (§3 math), batched
+    evidence_attention.py  the head's stage-1 routing attention, recomputed beside each layer (the evidence)
+    evidence_layout.py  which record positions are the state's tokens and each medium's pads, and what each stands for
+    evidence_map.py  one option's attention -> shares, state spans, image heat maps/boxes, clip windows, video moments
+    evidence.py     a record's x_evidence: per question the chosen (or every) option's evidence, mapped
     prompt.py       the reference prompt and its spans; state truncation
     media.py        media items -> placeholder ids + thinker tensors (through preprocess), the media cache
     cache.py        ByteLRU: a thread-safe LRU bounded in bytes (the media and prefix caches)

@@ -31,6 +31,7 @@ from omni.model.cache import CacheStats
 from omni.model.calibration import Calibration
 from omni.model.checkpoint import CheckpointSource, default_cache_dir, locate_checkpoint
 from omni.model.chunked import ChunkedPrefill
+from omni.model.evidence import record_evidence
 from omni.model.fingerprint import checkpoint_sha256, software_versions
 from omni.model.forward import Forward
 from omni.model.head import JointSchemaHead, option_probabilities
@@ -39,6 +40,7 @@ from omni.model.loading import calibration_for, load_checkpoint, model_options
 from omni.model.media import MediaEncoder, RequestMedia
 from omni.model.prefixes import PrefixCache
 from omni.model.prompt import PromptEncoder
+from preprocess.align import PlaceholderIds
 from preprocess.item import MediaItem
 from preprocess.loader import ProcessorParts
 from preprocess.media import MediaLimits
@@ -155,6 +157,11 @@ class ClefModel:
         the base's)."""
         calibration = self.calibration if adapter is None else adapter.calibration if self.calibrate_adapters else None
         return calibration.apply_record(record.request, logits) if calibration is not None else logits
+
+    def explain(self, record: PreparedRecord, per_question: list[torch.Tensor]) -> dict[str, Any] | None:
+        """The record's `x_evidence` from the attention its forward left (None when its request did not ask)."""
+        ids = PlaceholderIds.from_mapping(self.parts.special_ids, self.parts.newline_ids)
+        return record_evidence(record, per_question, ids)
 
     def needs_chunks(self, record: PreparedRecord) -> bool:
         return self.chunks.needs_chunks(record)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from omni.model.backbone import Backbone
+from omni.model.evidence_attention import mean_over_layers
 from omni.model.head import JointSchemaHead, RecordSpans
 from omni.model.inputs import Inputs, PreparedRecord
 from omni.model.prefixes import PrefixCache, PrefixEntry
@@ -46,6 +47,9 @@ class _Unit:
     spans: RecordSpans
     memory: torch.Tensor | None        # the prefix's memory rows [P, W] (None: the rows are the whole record)
     shadow: bool = False
+    start: int = 0                     # the record's token index of the first row (after the prefix: a block's start)
+    tokens: int = 0                    # the record's token count; > 0 when its record asks for evidence
+    attention: list[torch.Tensor] | None = None   # per question [n_i, tokens]: the evidence, when asked
 
 
 class Forward:
@@ -82,6 +86,9 @@ class Forward:
         live = [unit for unit in units if not unit.shadow]
         for unit, logits in zip(live, self._heads(live), strict=True):
             out[unit.record].extend(logits)                      # an isolated record's blocks in order
+        for n, record in enumerate(records):
+            record.attention = [a for unit in live if unit.record == n for a in unit.attention or []] \
+                if record.request.evidence is not None else None
         shadow: list[list[_Unit]] = [[] for _ in records]
         for unit in units:
             if unit.shadow:
@@ -119,14 +126,15 @@ class Forward:
         return entries
 
     def _units(self, i: int, record: PreparedRecord, hidden: torch.Tensor, input_ids: torch.Tensor,
-               spans: RecordSpans, entry: PrefixEntry | None) -> list[_Unit]:
+               spans: RecordSpans, entry: PrefixEntry | None, start: int = 0) -> list[_Unit]:
         """What the record's head (and its head-only shadow candidate's) read of these rows."""
         heads = [(self.head_of(record), False)]
         candidate = record.selection.shadow
         if candidate is not None:
             heads.append((candidate.head, True))
-        return [_Unit(i, head, hidden, input_ids, spans, entry.memory_for(head) if entry is not None else None, shadow)
-                for head, shadow in heads]
+        tokens = record.num_tokens if record.request.evidence is not None else 0
+        return [_Unit(i, head, hidden, input_ids, spans, entry.memory_for(head) if entry is not None else None, shadow,
+                      start, 0 if shadow else tokens) for head, shadow in heads]
 
     def _full(self, records: Sequence[PreparedRecord], rows: list[int],
               entries: dict[str, PrefixEntry] | None) -> list[_Unit]:
@@ -205,7 +213,7 @@ class Forward:
         hidden = hidden.to(self.head_device)
         return [unit for row, (i, start, end, spans) in enumerate(runs)
                 for unit in self._units(i, records[i], hidden[row, :end - start], records[i].input_ids[start:end],
-                                        spans.shifted(-start), entry)]
+                                        spans.shifted(-start), entry, start)]
 
     def _heads(self, units: list[_Unit]) -> list[list[torch.Tensor]]:
         """Each unit's logits (unit order): one batched pass per head over the units it reads."""
@@ -228,6 +236,28 @@ class Forward:
             padded[row, :lengths[row]] = unit.hidden
             ids[row, :lengths[row]] = unit.input_ids
         memory = [u.memory for u in units]
-        return units[0].head.forward_batch(padded, lengths, ids.to(self.head_device), self.backbone.lexical_table,
-                                           [u.spans for u in units],
-                                           prefix_memory=memory if any(m is not None for m in memory) else None)
+        trace: list[torch.Tensor] | None = [] if any(u.tokens for u in units) else None
+        logits = units[0].head.forward_batch(padded, lengths, ids.to(self.head_device), self.backbone.lexical_table,
+                                             [u.spans for u in units],
+                                             prefix_memory=memory if any(m is not None for m in memory) else None,
+                                             trace=trace)
+        if trace:
+            attach_attention(units, logits, mean_over_layers(trace))
+        return logits
+
+
+def attach_attention(units: list[_Unit], logits: list[list[torch.Tensor]], attention: torch.Tensor) -> None:
+    """Give each evidence-asking unit its rows of `attention` [N, L'] (all units' options in order) as per question
+    [n_i, record tokens]: memory columns are the prefix's rows (the record's first P tokens) then the unit's own rows
+    (the record's tokens from `start`); tokens the unit's head does not read (another isolated block) weigh 0."""
+    row = 0
+    for unit, per_question in zip(units, logits, strict=True):
+        counts = [len(q) for q in per_question]
+        if unit.tokens:
+            prefix, own = (0 if unit.memory is None else len(unit.memory)), len(unit.input_ids)
+            block = attention[row:row + sum(counts)].float().cpu()
+            full = block.new_zeros(len(block), unit.tokens)
+            full[:, :prefix] = block[:, :prefix]
+            full[:, unit.start:unit.start + own] = block[:, prefix:prefix + own]
+            unit.attention = list(torch.split(full, counts))
+        row += sum(counts)

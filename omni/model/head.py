@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from omni.model.evidence_attention import routing_attention
+
 HEAD_CONFIG_KEYS = ("hidden_size", "width", "routing_layers", "layers", "heads", "feedforward", "dropout")
 _MAX_LOG_SCALE = math.log(100.0)
 
@@ -106,7 +108,8 @@ class JointSchemaHead(nn.Module):
 
     def forward_batch(self, hidden: torch.Tensor, lengths: list[int], input_ids: torch.Tensor,
                       lexical_table: torch.Tensor, spans: list[RecordSpans],
-                      prefix_memory: Sequence[torch.Tensor | None] | None = None) -> list[list[torch.Tensor]]:
+                      prefix_memory: Sequence[torch.Tensor | None] | None = None,
+                      trace: list[torch.Tensor] | None = None) -> list[list[torch.Tensor]]:
         """Several records at once; each record's logits equal its one-record pass (up to float rounding).
 
         hidden [B, L, H] right-padded (row b is real for its first lengths[b] positions), input_ids [B, L] →
@@ -118,6 +121,9 @@ class JointSchemaHead(nn.Module):
         `prefix_memory[b]`: the memory rows [P_b, W] (`memory_rows`) of tokens that come before record b's rows in
         `hidden` and were computed earlier (a cached prefix); the memory attended to is then those rows followed by
         the record's own. Spans index the rows of `hidden`.
+
+        `trace`: a list that receives, per routing layer, each option's attention over the memory [N, L'] (mean over
+        heads; rows in option order, record b's memory in its first lengths[b] (+ prefix) columns) — the evidence.
         """
         if len(lengths) != hidden.shape[0] or len(spans) != hidden.shape[0]:
             raise ValueError("hidden, lengths and spans must describe the same records")
@@ -154,6 +160,8 @@ class JointSchemaHead(nn.Module):
         options_per_record = torch.bincount(option_record, minlength=B).tolist()
         routes_b, routes_real = _pad_rows(routes, options_per_record)                   # [B, maxN, W]
         for layer in self.evidence_layers:
+            if trace is not None:
+                trace.append(routing_attention(layer, routes_b, memory, memory_padding)[routes_real])
             routes_b = layer(routes_b, memory, memory_padding)
         routes = routes_b[routes_real]                                                  # [N, W]
 

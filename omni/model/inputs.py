@@ -49,6 +49,7 @@ class PreparedRecord:
     media_audit: tuple[MediaAudit, ...] = ()   # the audit record's media: what the model used of each item
     selection: Selection = field(default_factory=Selection)   # the adapter it is answered with, a shadow candidate
     shadow_units: list[Any] | None = None      # what a head-only shadow candidate's head reads, left by the forward
+    attention: list[torch.Tensor] | None = None   # per question [n_i, T]: the head's evidence, when the request asks
 
     @property
     def lora_key(self) -> str | None:

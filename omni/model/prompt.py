@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from omni.contract.errors import ContextTooLong
@@ -58,6 +58,7 @@ class StateTokens:
     total_tokens: int
     exact: bool
     dropped_chars: int
+    offsets: list[tuple[int, int]] = field(default_factory=list)   # each kept id's [start, end) in the state's text
 
     @property
     def dropped_tokens(self) -> int:
@@ -89,6 +90,7 @@ class EncodedPrompt:
     state_chars_dropped: int = 0
     state_count_exact: bool = True
     media_end: int = 0                 # the first index after the media segment (system text and media before it)
+    state_offsets: list[tuple[int, int]] = field(default_factory=list, repr=False, compare=False)  # kept ids' chars
 
     @property
     def spans(self) -> RecordSpans:
@@ -155,7 +157,7 @@ class PromptEncoder:
             placed.append(Block(len(input_ids), len(input_ids) + len(ids), spans.shifted(len(input_ids))))
             input_ids += ids
         return EncodedPrompt(input_ids, tuple(placed), prefix_len, kept, state.dropped_tokens, isolated,
-                             state.dropped_chars, state.exact, len(head_ids))
+                             state.dropped_chars, state.exact, len(head_ids), state.offsets)
 
     def state_tokens(self, text: str, budget: int) -> StateTokens:
         """The state's first `budget` tokens, tokenizing only about as far as they reach.
@@ -174,14 +176,15 @@ class PromptEncoder:
             ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
             if whole:
                 kept_end = offsets[budget - 1][1] if 0 < budget < len(ids) else (0 if budget == 0 else len(text))
-                return StateTokens(ids[:budget], len(ids), True, len(text) - kept_end if len(ids) > budget else 0)
+                return StateTokens(ids[:budget], len(ids), True, len(text) - kept_end if len(ids) > budget else 0,
+                                   offsets[:budget])
             trusted_end = limit - CUT_MARGIN_CHARS
             trusted = [i for i, (_, end) in zip(ids, offsets, strict=True) if end <= trusted_end]
             if len(trusted) > budget:
                 kept_end = offsets[budget - 1][1] if budget else 0
                 chars_per_token = max(kept_end, 1) / max(budget, 1)
                 estimate = len(trusted) - budget + round((len(text) - trusted_end) / chars_per_token)
-                return StateTokens(trusted[:budget], budget + estimate, False, len(text) - kept_end)
+                return StateTokens(trusted[:budget], budget + estimate, False, len(text) - kept_end, offsets[:budget])
             limit *= 2
 
     def _block(self, segments: Sequence[tuple[str, str]], pieces: Iterator[list[int]],

@@ -100,6 +100,11 @@ class DecisionModel(Protocol[RecordT]):
         quantization needs no_grad)."""
         ...
 
+    def explain(self, record: RecordT, per_question: list[torch.Tensor]) -> dict[str, Any] | None:
+        """The answered record's `x_evidence` (docs/evidence.md) from the head attention its forward left, given its
+        probabilities (head order); None when its request did not ask for evidence."""
+        ...
+
     def needs_chunks(self, record: RecordT) -> bool:
         """Whether the record's prefix is prefilled a chunk per model turn before it can be answered."""
         ...

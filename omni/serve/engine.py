@@ -218,7 +218,8 @@ class DecisionEngine(Generic[RecordT]):
                         truncated_state_chars=record.truncated_state_chars,
                         tokens_by_modality=dict(record.tokens_by_modality),
                         timings_ms={**record.timings_ms, "forward": forward_ms}, batch_size=batch_size,
-                        cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always")
+                        cache=dict(record.cache), audit=audit, audit_shown=request.audit or mode == "always",
+                        evidence=self._model().explain(record, per_question) if request.evidence is not None else None)
 
     def _shadow_scores(self, records: Sequence[RecordT]) -> list[ShadowScore | None]:
         """Head-only shadow candidates' scores of `records` (on the shadow thread, after the live answers)."""

@@ -108,6 +108,10 @@ class FakeModel:
     def grad_off(self) -> torch.inference_mode:
         return torch.inference_mode()
 
+    def explain(self, record: FakeRecord, per_question: list[torch.Tensor]) -> dict | None:
+        """The fake has no head attention: a fixed, empty evidence when asked."""
+        return None if record.request.evidence is None else {"method": "fake", "questions": {}}
+
     def needs_chunks(self, record: FakeRecord) -> bool:
         return False
 
