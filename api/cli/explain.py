@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from api.cli.decide import add_model_arguments, add_request_arguments
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from omni.contract.json_values import JSONValue
     from omni.learn.occlusion import OcclusionRow
 
@@ -127,24 +130,31 @@ def evidence_rows(evidence: Mapping[str, Any]) -> list[tuple[str, str, str, str]
     return rows
 
 
-def print_evidence(evidence: Mapping[str, Any]) -> None:
+def console() -> Console:
+    """A rich console: the terminal's width, or 120 columns when the output goes to a file or a pipe."""
     from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
+def print_evidence(evidence: Mapping[str, Any]) -> None:
+    from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
-    table = Table(title=f"evidence ({evidence.get('method', '')}): share of the chosen answer's attention, top "
+    table = Table(box=SIMPLE_HEAD, title=f"evidence ({evidence.get('method', '')}): share of the chosen answer's attention, top "
                         "regions (weight)")
     for column in ("question", "answer", "medium (share)", "top regions"):
         table.add_column(column)
     for row in evidence_rows(evidence):
         table.add_row(*row)
-    Console().print(table)
+    console().print(table)
 
 
 def print_occlusion(rows: Sequence[OcclusionRow], summary: Mapping[str, Mapping[str, float]], seed: int) -> None:
-    from rich.console import Console
+    from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
-    table = Table(title=f"occlusion: the chosen answer's p with its top region masked vs a random one (seed {seed})")
+    table = Table(box=SIMPLE_HEAD, title=f"occlusion: the chosen answer's p with its top region masked vs a random one (seed {seed})")
     for column in ("question", "answer", "p", "medium", "top region", "|Δp| top", "random region", "|Δp| random"):
         table.add_column(column, justify="right" if column.startswith(("p", "|")) else "left")
     for row in rows:
@@ -152,7 +162,7 @@ def print_occlusion(rows: Sequence[OcclusionRow], summary: Mapping[str, Mapping[
         flip_random = " (flips)" if row.answer_random != row.answer else ""
         table.add_row(row.question, row.answer, f"{row.p:.4f}", row.target.label, row.top.describe(),
                       f"{row.abs_dp_top:.4f}{flip_top}", row.random.describe(), f"{row.abs_dp_random:.4f}{flip_random}")
-    totals = Table(title="per medium")
+    totals = Table(box=SIMPLE_HEAD, title="per medium")
     for column in ("medium", "rows", "mean |Δp| top", "mean |Δp| random", "top moved more", "answers flipped top / "
                    "random"):
         totals.add_column(column)
@@ -160,6 +170,6 @@ def print_occlusion(rows: Sequence[OcclusionRow], summary: Mapping[str, Mapping[
         totals.add_row(kind, str(figures["rows"]), f"{figures['mean_abs_dp_top']:.4f}",
                        f"{figures['mean_abs_dp_random']:.4f}", f"{figures['share_top_moved_more']:.0%}",
                        f"{figures['flipped_top']} / {figures['flipped_random']}")
-    console = Console()
-    console.print(table)
-    console.print(totals)
+    out = console()
+    out.print(table)
+    out.print(totals)
