@@ -73,6 +73,9 @@ def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a policy (TOML): the response gets x_outcome (act / review / pass per question)")
     parser.add_argument("--audit", action="store_true",
                         help="add the decision's audit record (x_audit): model and calibration hashes, prompt, media")
+    parser.add_argument("--evidence", nargs="?", const="chosen", choices=("chosen", "all"), metavar="chosen|all",
+                        help="add x_evidence: where in the state and media each answer came from (the chosen "
+                             "answer's; `all`: every option's too; docs/evidence.md)")
     add_adapter_flag(parser, "answer with the adapter folder PATH, as model NAME (repeatable: the body's `model` "
                              "chooses among them, else the first answers)")
     add_model_arguments(parser)
@@ -152,6 +155,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
         config = replace(config, audit="always")
     adapters = args.adapter or []
     body = read_body(args.request)
+    if args.evidence and isinstance(body, dict):
+        body = {**body, "x_evidence": True if args.evidence == "chosen" else {"options": "all"}}
     request = parse_request(with_adapter_model(body, adapters), config, cli_parts(args),
                             adapters=[name for name, _ in adapters])
     decision = with_outcome(DecisionEngine(config).decide(request), request, policy)
