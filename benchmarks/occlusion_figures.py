@@ -58,8 +58,9 @@ def by_medium_question(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
 
 
 def table(groups: Mapping[str, Mapping[str, Any]], first: str) -> str:
-    lines = [f"| {first} | rows | mean abs Δp top | mean abs Δp random | top − random (95 % CI) | top moved more / "
-             "less / tied | sign test p | answers flipped top / random |", "|---|---|---|---|---|---|---|---|"]
+    header = (f"| {first} | rows | mean abs Δp top | mean abs Δp random | top − random (95 % CI) | top moved more / "
+              "less / tied | sign test p | answers flipped top / random |")
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
     for name, f in groups.items():
         low, high = f["mean_diff_ci95"]
         lines.append(f"| {name} | {f['rows']} | {f['mean_abs_dp_top']:.4f} | {f['mean_abs_dp_random']:.4f} | "
@@ -71,13 +72,15 @@ def table(groups: Mapping[str, Mapping[str, Any]], first: str) -> str:
 
 def control_table(control: Mapping[str, Mapping[str, Any]]) -> str:
     lines = ["| control | rows | mean abs Δp | max abs Δp |", "|---|---|---|---|"]
-    lines += [f"| {name} | {c['rows']} | {c['mean_abs_dp']:.4f} | {c['max_abs_dp']:.4f} |" for name, c in control.items()]
+    lines += [f"| {name} | {c['rows']} | {c['mean_abs_dp']:.4f} | {c['max_abs_dp']:.4f} |"
+              for name, c in control.items()]
     return "\n".join(lines)
 
 
 def draw(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
-    """Left: mean |Δp| per medium, top vs random, with bootstrap 95 % intervals of each mean (symlog axis). Right: every row's
-    |Δp| random (x) against top (y), by medium, on symlog axes; above the diagonal the top mask moved it more."""
+    """Left: mean |Δp| per medium, top vs random, with bootstrap 95 % intervals of each mean (symlog axis). Right:
+    every row's |Δp| random (x) against top (y), by medium, on symlog axes; above the diagonal the top mask moved it
+    more."""
     use_agg()
     import matplotlib.pyplot as plt
 

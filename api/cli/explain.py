@@ -141,8 +141,9 @@ def print_evidence(evidence: Mapping[str, Any]) -> None:
     from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
-    table = Table(box=SIMPLE_HEAD, title=f"evidence ({evidence.get('method', '')}): share of the chosen answer's attention, top "
-                        "regions (weight)")
+    method = evidence.get("method", "")
+    table = Table(box=SIMPLE_HEAD, title=f"evidence ({method}): share of the chosen answer's attention, top regions "
+                                         "(weight)")
     for column in ("question", "answer", "medium (share)", "top regions"):
         table.add_column(column)
     for row in evidence_rows(evidence):
@@ -154,17 +155,19 @@ def print_occlusion(rows: Sequence[OcclusionRow], summary: Mapping[str, Mapping[
     from rich.box import SIMPLE_HEAD
     from rich.table import Table
 
-    table = Table(box=SIMPLE_HEAD, title=f"occlusion: the chosen answer's p with its top region masked vs a random one (seed {seed})")
+    table = Table(box=SIMPLE_HEAD, title="occlusion: the chosen answer's p with its top region masked vs a random one "
+                                         f"(seed {seed})")
     for column in ("question", "answer", "p", "medium", "top region", "|Δp| top", "random region", "|Δp| random"):
         table.add_column(column, justify="right" if column.startswith(("p", "|")) else "left")
     for row in rows:
         flip_top = " (flips)" if row.answer_top != row.answer else ""
         flip_random = " (flips)" if row.answer_random != row.answer else ""
         table.add_row(row.question, row.answer, f"{row.p:.4f}", row.target.label, row.top.describe(),
-                      f"{row.abs_dp_top:.4f}{flip_top}", row.random.describe(), f"{row.abs_dp_random:.4f}{flip_random}")
+                      f"{row.abs_dp_top:.4f}{flip_top}", row.random.describe(),
+                      f"{row.abs_dp_random:.4f}{flip_random}")
     totals = Table(box=SIMPLE_HEAD, title="per medium")
-    for column in ("medium", "rows", "mean |Δp| top", "mean |Δp| random", "top moved more", "answers flipped top / "
-                   "random"):
+    for column in ("medium", "rows", "mean |Δp| top", "mean |Δp| random", "top moved more",
+                   "answers flipped top / random"):
         totals.add_column(column)
     for kind, figures in summary.items():
         totals.add_row(kind, str(figures["rows"]), f"{figures['mean_abs_dp_top']:.4f}",

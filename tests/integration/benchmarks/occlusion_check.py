@@ -17,7 +17,7 @@ KINDS = ["image", "audio", "video", "state"]
 
 
 def check_rows(rows: list[dict]) -> None:
-    assert {row["record"] for row in rows} == {0, 1}
+    assert {row["record"] for row in rows} == {1, 2}                          # the records' lines in test.jsonl
     assert {row["question"] for row in rows} == QUESTIONS
     assert {row["kind"] for row in rows} <= set(KINDS)
     assert {row["kind"] for row in rows} >= {"image", "audio", "video"}        # every demo record has the three

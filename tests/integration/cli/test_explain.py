@@ -45,7 +45,9 @@ def test_the_evidence_of_every_question(explained):
     assert list(evidence["questions"]) == QUESTIONS
     for entry in evidence["questions"].values():
         assert [i["index"] for i in entry["images"]] == [0]
-        assert entry["images"][0]["boxes"] and entry["audio"][0]["windows"] and entry["videos"][0]["moments"]
+        assert entry["images"][0]["boxes"]
+        assert entry["audio"][0]["windows"]
+        assert entry["videos"][0]["moments"]
 
 
 def test_occlude_masks_the_top_region_of_every_medium_for_every_question(explained):
