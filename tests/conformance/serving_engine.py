@@ -20,7 +20,7 @@ import pytest
 from typing_extensions import get_protocol_members
 
 from omni.contract.errors import NotReady, UnknownModel
-from omni.contract.types import Decision, DecisionRequest, Option, Question
+from omni.contract.types import Decision, DecisionRequest, EvidenceAsk, Option, Question
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
 from omni.serve.surface import InputLimits, ModelCard, ServingEngine
@@ -118,6 +118,17 @@ def test_without_adapters_the_registry_is_empty_or_absent_and_no_shadow_was_scor
 
 def test_decide_answers_every_question(engine):
     check_answers(engine.decide(request()))
+
+
+def test_evidence_comes_back_only_when_asked(engine):
+    plain = engine.decide(request())
+    asked = engine.decide(dataclasses.replace(request(), evidence=EvidenceAsk()))
+    assert plain.evidence is None and "x_evidence" not in plain.to_wire()
+    assert asked.evidence is not None and asked.to_wire()["x_evidence"] == asked.evidence
+    if asked.evidence["method"] != "fake":                 # the real model's (the fake has no attention)
+        assert list(asked.evidence["questions"]) == [q.id for q in QUESTIONS]
+        assert all(math.isclose(sum(q["share"].values()), 1.0, abs_tol=1e-5)
+                   for q in asked.evidence["questions"].values())
 
 
 def test_decide_batch_gives_what_decide_gives(engine):
