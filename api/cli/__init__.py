@@ -3,6 +3,8 @@
     main.py    the parser and the one place errors are printed (exit 2, never a traceback for a caller's mistake)
     library_logs.py  the libraries' import-time notices kept off stderr (torchao's kernels, torch's enum notice)
     decide.py  `omni decide` (request JSON + --image/--audio/--video/--part as named parts) and `omni make-tiny`
+    explain.py `omni explain REQUEST`: the evidence of each answer; `--occlude`: each medium's top region masked vs a
+               random one of the same size, how far each answer moves
     serve.py   `omni serve`: settings -> uvicorn running api.http.app (or `--ray`: api.cluster), drain on SIGTERM
     review.py  `omni review`: `omni serve` with review on (--batch outputs, --report directories), prints the address
     batch.py   `omni batch IN.jsonl --out OUT.jsonl`: a backlog answered in-process or by a running server, resumable

@@ -54,7 +54,8 @@ def add_quantize_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup)
                         choices=("none", "int8", "fp8", "nf4", "int4"), help=QUANTIZE_HELP)
 
 
-def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """REQUEST.json (or -) and its media: --image/--audio/--video FILE and --part NAME=FILE (`cli_parts` reads them)."""
     from preprocess.item import SLOT_OF_KIND
 
     parser.add_argument("request", help="REQUEST.json, or - to read stdin")
@@ -63,6 +64,10 @@ def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"add a file to `{SLOT_OF_KIND[flag]}` (repeatable; after any sent in the JSON)")
     parser.add_argument("--part", action="append", metavar="NAME=FILE", type=_part_spec,
                         help="a named part for a TypeSafe asset {\"type\": \"image\", \"part\": NAME} (repeatable)")
+
+
+def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
+    add_request_arguments(parser)
     parser.add_argument("--compact", action="store_true", help="print the response on one line")
     parser.add_argument("--policy", metavar="FILE",
                         help="a policy (TOML): the response gets x_outcome (act / review / pass per question)")
@@ -131,8 +136,14 @@ def cli_parts(args: argparse.Namespace) -> list:
     return parts
 
 
-def cmd_decide(args: argparse.Namespace) -> int:
+def read_body(source: str) -> JSONValue:
+    """The request JSON from a file, or stdin for "-"."""
     from omni.contract.json_values import load_json
+
+    return load_json(sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes())
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
     from omni.contract.outcomes import with_outcome
     from omni.contract.policy import read_policy
     from omni.contract.request import parse_request
@@ -143,7 +154,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if args.audit:
         config = replace(config, audit="always")
     adapters = args.adapter or []
-    body = load_json(sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes())
+    body = read_body(args.request)
     if args.evidence and isinstance(body, dict):
         body = {**body, "x_evidence": True if args.evidence == "chosen" else {"options": "all"}}
     request = parse_request(with_adapter_model(body, adapters), config, cli_parts(args),

@@ -1,11 +1,11 @@
 """The `omni` command: one subcommand per job, each wired from its own module; one place prints errors.
 
-`decide` and `make-tiny` (api/cli/decide.py), `eval` / `calibrate` / `finetune` (api/cli/learn.py), `batch`
-(api/cli/batch.py), `export statements` and `export checkpoint` (api/cli/export.py), `replay` (api/cli/replay.py),
-`policy fit` / `policy check` (api/cli/policy.py), `report drift` (api/cli/report.py), `serve` and `review`
-(api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor` (api/cli/doctor.py). A caller's
-mistake is one line on stderr and exit 2, never a traceback; so is a missing torch (a wheel installed without it
-names the pip line to run). Knows nothing of model internals or HTTP.
+`decide` and `make-tiny` (api/cli/decide.py), `explain` (api/cli/explain.py), `eval` / `calibrate` / `finetune`
+(api/cli/learn.py), `batch` (api/cli/batch.py), `export statements` and `export checkpoint` (api/cli/export.py),
+`replay` (api/cli/replay.py), `policy fit` / `policy check` (api/cli/policy.py), `report drift` (api/cli/report.py),
+`serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor`
+(api/cli/doctor.py). A caller's mistake is one line on stderr and exit 2, never a traceback; so is a missing torch
+(a wheel installed without it names the pip line to run). Knows nothing of model internals or HTTP.
 
 Starts at once: building the parser imports no torch, transformers, numpy or media stack (each subcommand imports
 what it runs inside its run function), so `omni --help`, `omni SUBCOMMAND --help`, a usage error and `omni policy
@@ -74,7 +74,7 @@ def needs_torch(args: argparse.Namespace) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import batch, decide, doctor, export, learn, policy, replay, report
+    from api.cli import batch, decide, doctor, explain, export, learn, policy, replay, report
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = [
         ("decide", "answer one System One request (JSON file or - for stdin)", decide.add_decide_arguments,
          decide.cmd_decide),
+        ("explain", "where each answer of a request came from (x_evidence); --occlude: does that region matter",
+         explain.add_explain_arguments, explain.cmd_explain),
         ("make-tiny", "write a tiny random checkpoint directory in the released layout",
          decide.add_make_tiny_arguments, decide.cmd_make_tiny),
         ("eval", "score a labelled dataset: metrics.json, report.md, plots", learn.add_eval_arguments, learn.run_eval),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.benchmarks.occlusion_check import check_occlusion
 from tests.integration.benchmarks.quantization_check import check_quantization
 from tests.integration.benchmarks.smoke_helpers import (
     ROOT,
@@ -379,7 +380,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "soak.py": check_soak, "webhooks.py": check_webhooks,
     "device/realsize.py": lambda tmp: (check_realsize(tmp / "all"), check_realsize_quantized(tmp / "quantized")),
     "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
-    "device/run.sh": check_run_sh, "quantization.py": check_quantization,
+    "device/run.sh": check_run_sh, "quantization.py": check_quantization, "occlusion.py": check_occlusion,
 }
 
 

@@ -11,7 +11,7 @@ from api.cli.main import build_parser
 from omni.contract.config import EngineConfig
 from omni.serve.cpus import CpuBudget
 
-COMMANDS = {"decide": ["decide", "r.json"], "batch": ["batch", "in.jsonl", "--out", "o.jsonl"],
+COMMANDS = {"decide": ["decide", "r.json"], "explain": ["explain", "r.json"], "batch": ["batch", "in.jsonl", "--out", "o.jsonl"],
             "replay": ["replay", "log"],
             "eval": ["eval", "d.jsonl", "--out", "o"], "calibrate": ["calibrate", "d.jsonl"],
             "finetune": ["finetune", "d.jsonl", "--out", "o"],
