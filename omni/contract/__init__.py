@@ -17,6 +17,8 @@
     policy.py       a decision policy (TOML): read, checked, versioned by its sha256; swapped whole on reload
     toml_text.py    operators' TOML (policies, statement maps) parsed with its nesting bounded (never a RecursionError)
     outcomes.py     answers + a policy -> act / review / pass per question and overall (`x_outcome`)
+    evidence_summary.py  what of `x_evidence` is kept (logged, replayed, a statement's facts): the top items, no
+                    maps; two summaries compared
 
 A media item is `preprocess.item.MediaItem` (the decoders' errors carry it). Knows nothing of torch, the model,
 HTTP, argv or the environment.
