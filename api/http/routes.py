@@ -38,6 +38,7 @@ from api.http.shadow import log_decision
 from api.http.transport import check_content_headers, decompress, read_body
 from omni.contract.avrik import AVRIK_CLIENT_AGENT, avrik_audit
 from omni.contract.errors import DeadlineExceeded, NotReady
+from omni.contract.evidence_summary import LOGGED_ASK
 from omni.contract.json_values import JSONObject
 from omni.contract.outcomes import with_outcome
 from omni.contract.request import parse_request
@@ -143,7 +144,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     remaining_s = svc.settings.engine.request_timeout_s - (time.monotonic() - arrived)
     if remaining_s <= 0:
         raise DeadlineExceeded("the request outlived its deadline while its body was read")
-    future = svc.engine.submit(decision_request, deadline_s=remaining_s)  # raises Overloaded synchronously
+    future = svc.engine.submit(explained(svc, decision_request), deadline_s=remaining_s)   # Overloaded at once
     svc.metrics.inflight.inc()
     try:
         decision = await asyncio.wait_for(asyncio.wrap_future(future), timeout=remaining_s)
@@ -153,7 +154,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     finally:
         svc.metrics.inflight.dec()
     policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
-    decision = with_outcome(decision, decision_request, policy)
+    decision = shown_evidence(with_outcome(decision, decision_request, policy), decision_request)
     svc.metrics.observe_decision(decision)
     if decision.outcome is not None and policy is not None:
         svc.metrics.observe_outcome(decision.outcome, policy)
@@ -162,6 +163,26 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     # a cache hit skips stages: media (sniff, decode, encode) or the prefix's prefill
     entries += [f'{name}-cache;desc="{outcome}"' for name, outcome in decision.cache.items()]
     return decision, ", ".join(entries)
+
+
+def explained(svc: ServiceState, decision_request: DecisionRequest) -> DecisionRequest:
+    """The request as the engine is asked it: with evidence (`LOGGED_ASK`) when its caller did not ask for any but
+    the decision log would keep it, should the policy route the decision to review (a log, and a policy for the
+    model asked). The caller's own request (`request.state.decision_request`) is the one logged and kept."""
+    if decision_request.evidence is not None or svc.decision_log is None:
+        return decision_request
+    if svc.policy_for(decision_request.model or svc.settings.engine.served_name) is None:
+        return decision_request
+    return dataclasses.replace(decision_request, evidence=LOGGED_ASK)
+
+
+def shown_evidence(decision: Decision, decision_request: DecisionRequest) -> Decision:
+    """Evidence the caller did not ask for is never in the response: kept on the decision for the log when its
+    outcome is review, else dropped."""
+    if decision.evidence is None or decision_request.evidence is not None:
+        return decision
+    review = decision.outcome is not None and decision.outcome.overall == "review"
+    return dataclasses.replace(decision, evidence=decision.evidence if review else None, evidence_shown=False)
 
 
 async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> bytes:

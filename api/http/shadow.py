@@ -39,16 +39,16 @@ def candidate_outcome(score: ShadowScore, request: DecisionRequest, policy: Poli
 
 def log_decision(decision_log: DecisionLog, request: DecisionRequest, decision: Decision, wire: JSONObject,
                  audit: JSONObject, policy_for: Callable[[str], Policy | None]) -> None:
-    """Append the decision to the log: at once without a shadow candidate; with one, when its score resolves (with
-    the block, or without it when the score was dropped or failed). The candidate's outcome is taken under the
-    policy that governs it (`policy_for(candidate)`: its own bound one, else the server's). Never raises, never
-    waits."""
+    """Append the decision to the log (with its evidence when it has any: asked for, or kept for review): at once
+    without a shadow candidate; with one, when its score resolves (with the block, or without it when the score was
+    dropped or failed). The candidate's outcome is taken under the policy that governs it (`policy_for(candidate)`:
+    its own bound one, else the server's). Never raises, never waits."""
     assert decision.audit is not None
     decided_at = decision.audit.decided_at
 
     def append(shadow: JSONObject | None) -> None:   # a full queue is counted, never waited on
         decision_log.append(request, wire, audit, request_id=request.request_id, decided_at=decided_at,
-                            shadow=shadow)
+                            shadow=shadow, evidence=decision.evidence)
 
     scored = decision.shadow
     if scored is None:

@@ -172,6 +172,7 @@ class Decision:
     shadow: Future[ShadowScore | None] | None = None   # a shadow candidate's score, when one scores this model's
                                                        # requests (None inside: dropped before it would delay)
     evidence: JSONObject | None = None       # `x_evidence`, when the request asked for it (docs/evidence.md)
+    evidence_shown: bool = True              # the response carries it (False: computed for the decision log only)
 
     def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
@@ -189,6 +190,6 @@ class Decision:
             body["x_outcome"] = self.outcome.to_wire()
         if self.audit is not None and self.audit_shown:
             body["x_audit"] = self.audit.to_wire()
-        if self.evidence is not None:
+        if self.evidence is not None and self.evidence_shown:
             body["x_evidence"] = self.evidence
         return body

@@ -20,6 +20,12 @@ top-level `"shadow"` key of the line, after `audit`; the line's `response` stays
 `{"model": CANDIDATE, "adapter_sha256": str | null, "answers": {qid: System One answer, as in a response's
 "answers"}, "probabilities": {qid: {option id: p}}, "x_outcome": the candidate's outcome as in a response's
 "x_outcome", or null when no policy is in force}`. Shadow work that was dropped has no block (the server counts it).
+
+Evidence (docs/evidence.md): `append(..., evidence=X_EVIDENCE)` (the decision's `x_evidence` object, whether its caller
+asked for it or the server had it computed because the policy routed the decision to review) writes its summary
+(`omni.contract.evidence_summary`: top spans, boxes, moments and windows, no maps), made on the writer thread, as a
+top-level `"evidence"` key after `audit`; `top` is the request's ask's, or `LOGGED_ASK`'s when the caller did not ask.
+The full maps are not kept: a logged `response` is the response as sent less its `x_evidence`.
 Knows nothing of HTTP, argv, the environment, the engine or the model: it sees parsed requests, JSON and files.
 """
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 
 from typing_extensions import Self
 
+from omni.contract.evidence_summary import LOGGED_ASK, evidence_summary
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.contract.render import render_request
 from omni.contract.types import DecisionRequest
@@ -92,6 +99,7 @@ class _Pending:
     decided_at: str
     media_bytes: int
     shadow: JSONObject | None = None
+    evidence: JSONObject | None = None
 
 
 _COUNTERS = ("appended", "written", "dropped", "write_errors", "bytes_written", "media_bytes_written", "segments",
@@ -181,9 +189,11 @@ class DecisionLog:
 
     # ------------------------------------------------------------------------------------------------ callers
     def append(self, request: DecisionRequest, response: JSONObject, audit: JSONObject, *,
-               request_id: str | None, decided_at: str, shadow: JSONObject | None = None) -> bool:
+               request_id: str | None, decided_at: str, shadow: JSONObject | None = None,
+               evidence: JSONObject | None = None) -> bool:
         """Queue one decision; True if queued, False if dropped (queue full or log closed), counted either way.
-        `shadow`: a shadow candidate's result, written as the line's `"shadow"` (see the module docstring).
+        `shadow`: a shadow candidate's result, written as the line's `"shadow"`; `evidence`: the decision's
+        `x_evidence`, written as its summary, the line's `"evidence"` (see the module docstring).
         Never waits for I/O and never raises for a failing log. The dicts are serialized later, on the writer
         thread: do not change them afterwards."""
         media_bytes = sum(item.size_bytes for item in request.media)
@@ -198,7 +208,7 @@ class DecisionLog:
                 return False
             self._pending += 1
             self._pending_bytes += media_bytes
-            self._queue.put(_Pending(request, response, audit, request_id, decided_at, media_bytes, shadow))
+            self._queue.put(_Pending(request, response, audit, request_id, decided_at, media_bytes, shadow, evidence))
             return True
 
     def flush(self, timeout_s: float = 30.0) -> bool:
@@ -263,8 +273,11 @@ class DecisionLog:
 
     def _render(self, item: _Pending) -> bytes:
         entries = [self._media_entry(media) for media in item.request.media]
+        response = {key: value for key, value in item.response.items() if key != "x_evidence"}   # its summary instead
         record = {"format": LOG_FORMAT, "request_id": item.request_id, "decided_at": item.decided_at,
-                  "request": render_request(item.request, entries), "response": item.response, "audit": item.audit}
+                  "request": render_request(item.request, entries), "response": response, "audit": item.audit}
+        if item.evidence is not None:
+            record["evidence"] = evidence_summary(item.evidence, (item.request.evidence or LOGGED_ASK).top)
         if item.shadow is not None:
             record["shadow"] = item.shadow
         return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")

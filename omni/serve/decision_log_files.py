@@ -6,7 +6,8 @@
 A record is one JSON object per line, `format` first: `{"format": "omni-decision/1", "request_id", "decided_at",
 "request", "response", "audit"}`. `request` is a System One body whose media entries are paths relative to DIR
 (`media/<sha256>.<container>`, as in a review directory) or, kept as hashes only, `{"sha256", "type", "bytes"}`.
-A decision shadow-scored by a candidate model also has a `"shadow"` key (its shape: `omni.serve.decision_log`).
+A decision shadow-scored by a candidate model also has a `"shadow"` key, and one whose evidence was asked for or
+kept for review an `"evidence"` key, its summary (shapes: `omni.serve.decision_log`).
 
 Reading: a torn last line (no newline, and a prefix of a record: the writer stopped mid-write) is skipped; any other
 line that is not a record (not UTF-8, not JSON, another format, a field missing) is a `DecisionLogReadError`
