@@ -1,5 +1,6 @@
 """`omni replay LOG|RECORD`: logged decisions re-run from their stored request and media, their probabilities
-compared with the ones they were decided with (`omni.serve.replay`).
+(and the evidence they kept, its weights within 1e-6) compared with the ones they were decided with
+(`omni.serve.replay`).
 
 LOG is a decision-log directory (`omni serve --decision-log DIR`); RECORD one of its segment files, or one line of
 one, `SEGMENT.jsonl:LINE`; `--request-id` keeps the records of one request. The whole selection is read and checked
@@ -173,6 +174,8 @@ def _replay(args: argparse.Namespace, config: EngineConfig, selected: set[tuple[
 
 def format_table(summary: ReplaySummary) -> str:
     """One row per record (where, request id, status, largest |Δp|, what drifted or why not replayed), then totals."""
+    from omni.serve.replay import EVIDENCE_TOLERANCE
+
     places = [f"{Path(record.segment).name}:{record.line}" for record in summary.records]
     width = max([len("record"), *map(len, places)])
     rows = [f"{'record':<{width}}  {'request id':<24} {'status':<12} {'max |dp|':>10}  note"]
@@ -183,8 +186,11 @@ def format_table(summary: ReplaySummary) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items() if n)
     overall = "-" if summary.max_abs_diff is None else f"{summary.max_abs_diff:.3g}"
     calibration = summary.loaded.calibration_sha256 or "none"
+    weights = [r.evidence_max_abs_diff for r in summary.records if r.evidence_max_abs_diff is not None]
+    evidence = f"; evidence max |dw| {max(weights):.3g} (tolerance {EVIDENCE_TOLERANCE:g})" if weights else ""
     rows.append(f"{len(summary.records)} records: {counts or 'none'}; max |dp| {overall} (tolerance "
-                f"{summary.tolerance:g}); model sha256 {summary.loaded.model_sha256}, calibration {calibration}")
+                f"{summary.tolerance:g}){evidence}; model sha256 {summary.loaded.model_sha256}, "
+                f"calibration {calibration}")
     return "\n".join(rows)
 
 
@@ -192,6 +198,9 @@ def _note(record: RecordReplay) -> str:
     if record.reason:
         return record.reason
     notes = []
+    if record.evidence_differences:
+        more = len(record.evidence_differences) - 1
+        notes.append(f"evidence differs: {record.evidence_differences[0]}" + (f" (+{more} more)" if more else ""))
     for what, change in record.drift.items():
         if what == "media":
             notes.append(f"media used differently: {', '.join(change)}")

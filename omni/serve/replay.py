@@ -14,8 +14,13 @@ and after its replay (the replayed audit record against the logged one):
     drift         what it was decided with is not what it was replayed with: the model or calibration (forced), the
                   prompt (`prompt.input_ids_sha256`: a template, tokenizer or truncation change) or what was used
                   of a medium (frames, sizes, seconds): the decision was not re-made as it was, whatever the numbers
-    differs       same inputs, and some probability moved by more than the tolerance
-    reproduced    same inputs, every probability within the tolerance
+    differs       same inputs, and some probability moved by more than the tolerance, or the evidence differs
+    reproduced    same inputs, every probability within the tolerance (and the evidence the same)
+
+A record that kept its evidence (`"evidence"`: its summary, `omni.contract.evidence_summary`) is replayed asking for
+evidence with the same `top`, and the summary of the replayed evidence is compared with it: every weight within
+`EVIDENCE_TOLERANCE`, the same answers, spans, boxes, moments and windows; what differs is listed
+(`evidence_differences`) and makes the record `differs`.
 
 Each request is replayed with the isolation mode it was decided in. Knows nothing of argv, HTTP or the
 environment; it runs the engine it is given (loaded with `audit="record"` or not: replayed requests ask for one).
@@ -33,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from omni.contract.audit import AuditRecord, audit_from_wire
 from omni.contract.errors import OmniError
+from omni.contract.evidence_summary import evidence_summary, summary_differences
 from omni.contract.json_values import JSONObject, JSONValue
-from omni.contract.types import ISOLATION_MODES, DecisionRequest
+from omni.contract.types import ISOLATION_MODES, MAX_EVIDENCE_TOP, DecisionRequest, EvidenceAsk
 from omni.serve.decision_log_files import LoggedDecision
 from preprocess.errors import MediaError
 from preprocess.item import SLOTS
@@ -44,6 +50,7 @@ if TYPE_CHECKING:             # the engine imports torch: `omni replay --help` r
 
 REPLAY_FORMAT = "omni-replay/1"
 DEFAULT_TOLERANCE = 1e-5
+EVIDENCE_TOLERANCE = 1e-6      # attention mass; the wire's weights have 6 decimals
 STATUSES = ("reproduced", "differs", "drift", "refused", "unreplayable")
 
 Admitted = tuple[LoggedDecision, AuditRecord, DecisionRequest, dict[str, JSONValue]]   # ready: audit, request, drift
@@ -72,6 +79,8 @@ class RecordReplay:
     questions: dict[str, float] = field(default_factory=dict)
     drift: dict[str, JSONValue] = field(default_factory=dict)     # what -> {"logged": ..., "replayed": ...}
     reason: str | None = None
+    evidence_max_abs_diff: float | None = None        # the largest |difference| of an evidence weight (None: none kept)
+    evidence_differences: list[str] = field(default_factory=list)   # what of the kept evidence differs, one line each
 
     def to_wire(self) -> JSONObject:
         return dataclasses.asdict(self)
@@ -102,7 +111,7 @@ class ReplaySummary:
     def to_wire(self) -> JSONObject:
         return {"format": REPLAY_FORMAT, "model_sha256": self.loaded.model_sha256,
                 "calibration_sha256": self.loaded.calibration_sha256, "model_source": self.loaded.source,
-                "tolerance": self.tolerance, "reproduced": self.reproduced, "max_abs_diff": self.max_abs_diff,
+                "tolerance": self.tolerance, "evidence_tolerance": EVIDENCE_TOLERANCE, "reproduced": self.reproduced, "max_abs_diff": self.max_abs_diff,
                 "counts": self.counts, "records": [r.to_wire() for r in self.records]}
 
 
@@ -247,6 +256,13 @@ def _request(decision: LoggedDecision, audit: AuditRecord, parse: Parse,
     altered = _altered_media(request, audit)
     if altered is not None:
         return _outcome(decision, "unreplayable", drift=drift, reason=altered)
+    evidence = decision.record.get("evidence")
+    if evidence is not None:
+        top = evidence.get("top") if isinstance(evidence, dict) else None
+        if not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_EVIDENCE_TOP:
+            return _outcome(decision, "unreplayable", drift=drift,
+                            reason=f"its evidence summary has no top from 1 to {MAX_EVIDENCE_TOP}")
+        request = dataclasses.replace(request, evidence=EvidenceAsk(top=top))
     return dataclasses.replace(request, isolation=audit.prompt.isolation, audit=True, request_id=audit.request_id)
 
 
@@ -304,7 +320,8 @@ def _run(engine: DecisionEngine[Any], waiting: list[Admitted], tolerance: float)
         return
     for (logged, audit, _, drift), replayed in zip(waiting, decisions, strict=True):
         assert replayed.audit is not None          # every replayed request asks for one
-        yield compare(logged, audit, json.loads(json.dumps(replayed.audit.to_wire())), drift, tolerance)
+        outcome = compare(logged, audit, json.loads(json.dumps(replayed.audit.to_wire())), drift, tolerance)
+        yield compare_evidence(outcome, logged.record.get("evidence"), replayed.evidence)
 
 
 def compare(logged: LoggedDecision, audit: AuditRecord, replayed: JSONObject, drift: dict[str, JSONValue],
@@ -337,3 +354,17 @@ def compare(logged: LoggedDecision, audit: AuditRecord, replayed: JSONObject, dr
               "differs" if max_abs_diff is None or max_abs_diff > tolerance else "reproduced")
     return _outcome(logged, status, max_abs_diff=max_abs_diff, questions=questions, drift=drift)
 
+
+
+def compare_evidence(outcome: RecordReplay, logged: JSONValue, replayed: JSONObject | None) -> RecordReplay:
+    """The record's kept evidence summary (None: it kept none) against the summary of the replayed evidence: a
+    record reproduced within the tolerance `differs` when the evidence does."""
+    if logged is None:
+        return outcome
+    if replayed is None:
+        diff, found = None, ["the replayed decision has no evidence"]
+    else:
+        again = evidence_summary(replayed, logged["top"])
+        diff, found = summary_differences(logged, again, EVIDENCE_TOLERANCE)
+    status = "differs" if found and outcome.status == "reproduced" else outcome.status
+    return replace(outcome, status=status, evidence_max_abs_diff=diff, evidence_differences=found)
