@@ -5,9 +5,10 @@
 
 statements: reads the log (`omni.serve.decision_log_files.read_records`), the map
 (`omni.governance.statements.load_statement_map`) and, with `--review-dir`, the reviewers' labels of kept decisions (a
-labelled decision is only partially automated, and its labels prevail); writes one statement per selected decision to
-a temporary file renamed over `--out` only when the whole log was read without error, so a failed export never leaves
-half a file. A summary and every skipped record and warning go to stderr.
+labelled decision is only partially automated, and its labels prevail); with `--evidence-facts`, adds to each
+statement's decision_facts where the model looked (the evidence its record kept); writes one statement per selected
+decision to a temporary file renamed over `--out` only when the whole log was read without error, so a failed export
+never leaves half a file. A summary and every skipped record and warning go to stderr.
 
 checkpoint: `omni.model.export.export_checkpoint` writes MODEL (a directory, or a hub id downloaded first) as
 Cloudflare publishes Clef-omni: sharded `model-*.safetensors` with their index, the head config with the release's
@@ -47,6 +48,9 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     statements.add_argument("--out", required=True, metavar="FILE.jsonl", help="one statement per line")
     statements.add_argument("--review-dir", default=None,
                             help="a review directory: decisions its reviewers labelled are partially automated")
+    statements.add_argument("--evidence-facts", action="store_true",
+                            help="add to decision_facts the facts each decision relied on: where the model looked "
+                                 "(the evidence its log record kept: asked for, or kept for review)")
     statements.set_defaults(needs_torch=False)   # a decision log's records: no model
 
 
@@ -142,7 +146,7 @@ def run_export_statements(args: argparse.Namespace) -> int:
     with tempfile.NamedTemporaryFile("w", dir=out.parent, prefix=f".{out.name}.", delete=False,
                                      encoding="utf-8") as handle:
         try:
-            for statement in export_statements(records, statement_map, labels, tally):
+            for statement in export_statements(records, statement_map, labels, tally, args.evidence_facts):
                 handle.write(json.dumps(statement, ensure_ascii=False) + "\n")
         except BaseException:
             handle.close()
@@ -151,6 +155,9 @@ def run_export_statements(args: argparse.Namespace) -> int:
     os.replace(handle.name, out)
     for line in (*statement_map.notes, *tally.warnings, *tally.skipped):
         print(f"omni export: {line}", file=sys.stderr)
+    if args.evidence_facts and tally.without_evidence:
+        print(f"omni export: {tally.without_evidence} statements without facts from evidence: their decisions' "
+              "records kept none (not asked for, not routed to review)", file=sys.stderr)
     print(f"omni export: {tally.statements} statements from {tally.records} decisions ({tally.unselected} not "
           f"selected by the map, {len(tally.skipped)} skipped) in {out}", file=sys.stderr)
     return 0

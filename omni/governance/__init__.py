@@ -8,6 +8,7 @@
                      mean |delta p|, outcome flips, accuracy/ECE/Brier of each on reviewed items
     shadow_plot.py   the shadow report's PNG: agreement with intervals, the flips heat map, calibration of each
     statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
+    statement_facts.py   the facts a decision relied on (its kept evidence) as sentences for decision_facts
     statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules
     statement_schema.py  the DSA Transparency Database's statement fields, value lists and limits (with sources)
 

@@ -15,6 +15,11 @@ service knows it fills in; the rest is the map's:
                          (`.` `:`), or whose id an earlier record already used, gets "omni-" + the first 40 hex digits
                          of the sha256 of the record (stable across exports), and a warning says so
 
+With `evidence_facts`, a decision whose log record kept its evidence (`"evidence"`: asked for, or kept because the
+policy routed it to review) has the facts it relied on added to `decision_facts` (DSA Art. 17(3)(b)): a sentence per
+question the rule names, the heaviest place of each medium and of the state (`omni.governance.statement_facts`);
+a record without evidence keeps the map's text alone (counted in the tally).
+
 A decision meets a condition on a question when the reviewer's label of that question says so (a label always
 prevails over the model), else when the model's answer does. A decision whose request lacks the question (or asks it
 as another type, or without that option) does not meet the condition; decisions no rule selects get no statement. A
@@ -37,6 +42,7 @@ from typing import Any
 from omni.contract.answers import label_id, top_answer
 from omni.contract.json_values import JSONObject, JSONValue
 from omni.governance import statement_schema as db
+from omni.governance.statement_facts import evidence_sentences, with_facts
 from omni.governance.statement_map import (  # noqa: F401  (re-exported: the map and its errors, for the export's callers)
     Condition,
     Rule,
@@ -60,6 +66,7 @@ class ExportTally:
     records: int = 0
     statements: int = 0
     unselected: int = 0                      # decisions no rule selected
+    without_evidence: int = 0                # with evidence_facts: statements whose record kept no evidence
     by_rule: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -154,10 +161,12 @@ def derived_puid(record: Mapping[str, Any]) -> str:
     return "omni-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:40]
 
 
-def statement_for(record: Mapping[str, Any], labels: Mapping[str, JSONValue] | None, rule: Rule) -> JSONObject:
+def statement_for(record: Mapping[str, Any], labels: Mapping[str, JSONValue] | None, rule: Rule,
+                  evidence_facts: bool = False) -> JSONObject:
     """The statement of reasons of one logged decision under `rule`. `labels` are a reviewer's labels of the decision
     ({question: value}, possibly empty), None when no reviewer labelled it. RecordError for a record that cannot give
-    one (no time, no content). The puid is `record_puid`'s (its warning is `export_statements`' to give)."""
+    one (no time, no content). The puid is `record_puid`'s (its warning is `export_statements`' to give).
+    `evidence_facts`: the record's kept evidence added to `decision_facts` (see the module docstring)."""
     request = record.get("request")
     if not isinstance(request, dict):
         raise RecordError("no request")
@@ -173,13 +182,17 @@ def statement_for(record: Mapping[str, Any], labels: Mapping[str, JSONValue] | N
                              "puid": record_puid(record)[0]}
     if fields.get("content_date") == "application_date":
         statement["content_date"] = day
+    if evidence_facts and isinstance(statement.get("decision_facts"), str):
+        sentences = evidence_sentences(record.get("evidence"), [c.question for c in rule.conditions], labels)
+        statement["decision_facts"] = with_facts(statement["decision_facts"], sentences,
+                                                 db.TEXT_LIMITS_CHARS["decision_facts"])
     return {name: statement[name] for name in db.FIELD_ORDER if name in statement}
 
 
 # ------------------------------------------------------------------------------------------------ a whole log
 def export_statements(records: Iterable[Mapping[str, Any]], statement_map: StatementMap,
                       labels: Mapping[str, Mapping[str, JSONValue]] | None = None,
-                      tally: ExportTally | None = None) -> Iterator[JSONObject]:
+                      tally: ExportTally | None = None, evidence_facts: bool = False) -> Iterator[JSONObject]:
     """One statement per decision the map selects, in log order.
 
     `labels` maps a request id to a reviewer's labels of that decision ({question: value}; `{}` when only the fact
@@ -187,7 +200,8 @@ def export_statements(records: Iterable[Mapping[str, Any]], statement_map: State
     model's answers. `tally` (if given) is filled as records go: counts, skipped records and warnings. Once every
     record is read, a condition of the map that no decision could meet raises StatementMapError naming it and the
     questions the log has, so a caller writing the statements should write them to a temporary file and keep it
-    only when this generator ends without an error."""
+    only when this generator ends without an error. `evidence_facts`: each statement's `decision_facts` adds the
+    facts its decision relied on, from the evidence its record kept."""
     labels = labels or {}
     tally = tally if tally is not None else ExportTally()
     conditions = [c for rule in statement_map.rules for c in rule.conditions]
@@ -212,10 +226,12 @@ def export_statements(records: Iterable[Mapping[str, Any]], statement_map: State
             tally.unselected += 1
             continue
         try:
-            statement = statement_for(record, mine, rule)
+            statement = statement_for(record, mine, rule, evidence_facts)
         except RecordError as exc:
             tally.skipped.append(f"record {number} (request {request_id}): {exc}")
             continue
+        if evidence_facts and not isinstance(record.get("evidence"), dict):
+            tally.without_evidence += 1
         _, warning = record_puid(record)
         if statement["puid"] in puids:
             statement["puid"] = derived_puid(record)
