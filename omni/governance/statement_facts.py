@@ -6,9 +6,10 @@ heaviest first:
 
     fan_running=true relied on: video 0 at 7.0–8.0 s (box 0,0–60,60), audio 0 at 3.28–3.36 s, state 'scratch'
 
-A question the summary lacks gets none; nor does one a reviewer labelled otherwise (the evidence is the model's answer's,
-and the label prevails). `with_facts(text, sentences, limit_chars)`: the map's `decision_facts` followed by them, as
-many whole sentences as the database's limit takes. Knows nothing of logs, files, the model or HTTP: JSON in, text out.
+A question the summary lacks gets none; nor does one a reviewer labelled otherwise (the evidence is the model's
+answer's, and the label prevails). `with_facts(text, sentences, limit_chars)`: the map's `decision_facts` followed by
+them, as many whole sentences as the database's limit takes. Knows nothing of logs, files, the model or HTTP: JSON
+in, text out.
 """
 from __future__ import annotations
 
