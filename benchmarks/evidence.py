@@ -11,10 +11,11 @@ round); response bytes per mode and the bytes evidence adds; the bytes of the su
 encodes and prefills its media, as a new request does) and `cached` (the caches on and hit: the media's encoding and
 the prompt prefix reused, only the state, questions and head run; the worst case for the ratio). Then where the added
 time goes, each part timed apart on the same prepared record (medians of CPU ms): the forward with and without the
-attention kept (`model.probabilities`) and the mapping to the caller's input (`model.explain`). Goal: p50 with
-evidence <= 1.05x without (`meets_goal`: per engine, by the wall and by the CPU p50 ratio of `"x_evidence": true`).
-Prints JSON lines (`env`, one `mode` line per engine and mode, `parts`, `summary`). Not a test: nothing asserted.
-What it must not know: how the evidence is computed (it uses the engine and the model's surface).
+attention kept (`model.probabilities`), the mapping to the caller's input (`model.explain`), `json.dumps` of the
+evidence and the log's summary (made and serialised on the log's writer thread). Goal: p50 with evidence <= 1.05x
+without (`meets_goal`: per engine, by the wall and by the CPU p50 ratio of `"x_evidence": true`). Prints JSON lines
+(`env`, one `mode` line per engine and mode, `parts`, `summary`). Not a test: nothing asserted. What it must not
+know: how the evidence is computed (it uses the engine and the model's surface).
 
     .venv/bin/python benchmarks/evidence.py [--requests 30] [--warmup 3] [--parts 40] [--threads 1] [--smoke]
 
@@ -127,7 +128,10 @@ def median_cpu_ms(work: Callable[[], Any], count: int) -> float:
 
 
 def parts(engine: Any, requests: dict[str, Any], count: int) -> dict[str, float]:
-    """Where the added time goes, on one prepared record per mode (the cached engine's: its media encoded)."""
+    """Where the added time goes, on one prepared record per mode (the cached engine's: its media encoded); and what
+    the decision log's writer thread spends on the summary it keeps (off the response's path)."""
+    from omni.contract.evidence_summary import LOGGED_ASK, evidence_summary
+
     model = engine.model
     prepared = {mode: model.prepare(requests[mode]) for mode in ("off", "on")}
     figures: dict[str, float] = {"forward_off_cpu_ms": 0.0, "forward_on_cpu_ms": 0.0}
@@ -139,6 +143,8 @@ def parts(engine: Any, requests: dict[str, Any], count: int) -> dict[str, float]
     figures["explain_cpu_ms"] = median_cpu_ms(lambda: model.explain(prepared["on"], probabilities), count)
     evidence = model.explain(prepared["on"], probabilities)
     figures["json_dumps_evidence_cpu_ms"] = median_cpu_ms(lambda: json.dumps(evidence), count)
+    figures["log_summary_cpu_ms"] = median_cpu_ms(lambda: json.dumps(evidence_summary(evidence, LOGGED_ASK.top)),
+                                                  count)
     figures["forward_added_cpu_ms"] = figures["forward_on_cpu_ms"] - figures["forward_off_cpu_ms"]
     return {key: round(value, 3) for key, value in figures.items()}
 

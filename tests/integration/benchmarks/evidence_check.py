@@ -36,7 +36,8 @@ def check_evidence(tmp_path: Path) -> None:
         one(lines, event="mode", engine="cached", mode="on")["response_bytes"]
     parts = one(lines, event="parts")
     finite(parts)
-    positive(parts, "forward_off_cpu_ms", "forward_on_cpu_ms", "explain_cpu_ms", "json_dumps_evidence_cpu_ms")
+    positive(parts, "forward_off_cpu_ms", "forward_on_cpu_ms", "explain_cpu_ms", "json_dumps_evidence_cpu_ms",
+             "log_summary_cpu_ms")
     summary = lines[-1]
     assert summary["event"] == "summary" and summary["goal"] == 1.05
     assert {engine: sorted(met) for engine, met in summary["meets_goal"].items()} == \
