@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,10 @@ def emit(event: str, **fields: Any) -> dict:
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def progress(engine: str, step: str) -> None:
+    say(f"  {engine} {step}")
 
 
 def requests_by_mode(config: Any) -> dict[str, Any]:
@@ -137,8 +142,7 @@ def parts(engine: Any, requests: dict[str, Any], count: int) -> dict[str, float]
     figures: dict[str, float] = {"forward_off_cpu_ms": 0.0, "forward_on_cpu_ms": 0.0}
     for _ in range(2):                        # interleaved: off, on, off, on
         for mode, record in prepared.items():
-            figures[f"forward_{mode}_cpu_ms"] += median_cpu_ms(lambda record=record: model.probabilities([record]),
-                                                               count) / 2
+            figures[f"forward_{mode}_cpu_ms"] += median_cpu_ms(partial(model.probabilities, [record]), count) / 2
     probabilities = model.probabilities([prepared["on"]])[0]
     figures["explain_cpu_ms"] = median_cpu_ms(lambda: model.explain(prepared["on"], probabilities), count)
     evidence = model.explain(prepared["on"], probabilities)
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     requests = requests_by_mode(next(iter(by_engine.values())).config)
     for name, engine in by_engine.items():
         say(f"evidence: {name} engine, {args.requests} requests per mode")
-        run = timed_modes(engine, requests, args.requests, args.warmup, lambda step, name=name: say(f"  {name} {step}"))
+        run = timed_modes(engine, requests, args.requests, args.warmup, partial(progress, name))
         for mode, figures in mode_figures(run["times"], run["cpu"], run["bodies"]).items():
             emit("mode", engine=name, mode=mode, **figures)
             if mode != "off":
