@@ -115,6 +115,9 @@ class ReviewItem(BaseModel):
         None, description="in the policy's queue: why the decision is under review (question, answer, confidence, "
                           "auto_at)")
     x_outcome: dict[str, Any] | None = Field(None, description="in the policy's queue: the decision's outcome")
+    evidence: dict[str, Any] | None = Field(
+        None, description="where each answer came from (x_evidence, docs/evidence.md): when the caller asked for it, "
+                          "or computed for a decision the policy routed to review")
 
 
 class ReviewLabels(BaseModel):

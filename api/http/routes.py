@@ -85,7 +85,8 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
                            decision_request.request_id or "")               # a full queue is counted, never waited on
     if svc.review is None or (outcome is not None and outcome.overall != "review"):
         return None
-    route = {"queue": "policy", "reasons": outcome.review_reasons(), **wire_outcome(wire)} if outcome else None
+    route = {"queue": "policy", "reasons": outcome.review_reasons(), **wire_outcome(wire),
+             **({"evidence": decision.evidence} if decision.evidence is not None else {})} if outcome else None
     return BackgroundTask(_keep, svc.review, decision_request, wire, audit, route)
 
 
@@ -167,9 +168,10 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
 
 def explained(svc: ServiceState, decision_request: DecisionRequest) -> DecisionRequest:
     """The request as the engine is asked it: with evidence (`LOGGED_ASK`) when its caller did not ask for any but
-    the decision log would keep it, should the policy route the decision to review (a log, and a policy for the
-    model asked). The caller's own request (`request.state.decision_request`) is the one logged and kept."""
-    if decision_request.evidence is not None or svc.decision_log is None:
+    the decision log or the review queue would keep it, should the policy route the decision to review (a log or a
+    review directory, and a policy for the model asked). The caller's own request (`request.state.decision_request`)
+    is the one logged and kept."""
+    if decision_request.evidence is not None or (svc.decision_log is None and svc.review is None):
         return decision_request
     if svc.policy_for(decision_request.model or svc.settings.engine.served_name) is None:
         return decision_request

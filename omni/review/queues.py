@@ -148,7 +148,8 @@ class ReviewQueues:
         return {"key": key, "state": request.state, "questions": questions, "answers": record.answers,
                 "confidence": record.confidence, "media": media, **review,
                 **({"reasons": record.route.get("reasons", []), "x_outcome": record.route.get("x_outcome")}
-                   if record.route is not None else {})}
+                   if record.route is not None else {}),
+                **({"evidence": record.evidence} if record.evidence is not None else {})}
 
     def media(self, queue_id: str, key: str, index: int) -> tuple[bytes, str]:
         """The bytes of an item's media item and the type a browser plays it as."""

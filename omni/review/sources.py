@@ -31,6 +31,7 @@ class Decided:
     route: JSONObject | None = None          # a policy's routing: queue, reasons, x_outcome
     outcome: str | None = None               # the policy's overall outcome (act, review, pass), when one decided
     model: str | None = None                 # the model that answered (the base's name or an adapter's)
+    evidence: JSONObject | None = None       # x_evidence, when asked or computed for a decision routed to review
 
     @cached_property
     def confidence(self) -> float:
@@ -133,9 +134,16 @@ class KeptSource:
                                                  r["response"].get("answers", {}), route,
                                                  _overall(route.get("x_outcome") if route else None,
                                                           r["response"].get("x_outcome")),
-                                                 _name(r["response"].get("model"))))
+                                                 _name(r["response"].get("model")),
+                                                 _evidence(route, r["response"])))
             self._count, self._last = len(kept), kept[-1] if kept else None
             return list(self._decided)
 
 
 ReviewSource = BatchSource | KeptSource
+
+
+def _evidence(route: JSONObject | None, response: JSONObject) -> JSONObject | None:
+    """A kept decision's evidence: computed for its review route, else the response's (when the caller asked)."""
+    found = (route or {}).get("evidence") or response.get("x_evidence")
+    return found if isinstance(found, dict) else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -60,13 +61,14 @@ def data_url(mime: str, data: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def served_log(tiny_dir, tmp_path_factory) -> tuple[Path, dict[str, dict], dict[str, dict]]:
-    """(the log, the responses by request id, in-process answers of the review request decided without evidence)."""
+def served_log(tiny_dir, tmp_path_factory) -> tuple[Path, dict[str, dict], dict[str, dict], list[dict]]:
+    """(the log, the responses by request id, in-process answers of the review request decided without evidence,
+    the items the policy kept for review as the workbench reads them)."""
     work = tmp_path_factory.mktemp("evidence-kept")
     (work / "policy.toml").write_text(POLICY, encoding="utf-8")
     log_dir = work / "log"
     settings = Settings().with_values({"model": str(tiny_dir), "decision_log": str(log_dir),
-                                       "policy": str(work / "policy.toml")})
+                                       "policy": str(work / "policy.toml"), "review_dir": str(work / "rv")})
     media = {"images": [data_url("image/png", image_bytes("PNG", width=96, height=64))],
              "audio": [data_url("audio/wav", wav_bytes(1.0))],
              "videos": [data_url("video/mp4", video_bytes(seconds=1.0, width=64, height=48))]}
@@ -83,7 +85,13 @@ def served_log(tiny_dir, tmp_path_factory) -> tuple[Path, dict[str, dict], dict[
             assert reply.status_code == 200, reply.text
             responses[rid] = reply.json()
         plain = engine.decide(parse_request(bodies["review"], engine.config)).to_wire()
-    return log_dir, responses, plain["answers"]
+        for _ in range(200):                                     # kept for review after the answers were sent
+            items = client.get("/v1/review/queues/policy/items").json().get("items", [])
+            if len(items) >= 2:
+                break
+            time.sleep(0.05)
+        kept_items = [client.get(f"/v1/review/queues/policy/items/{item['key']}").json() for item in items]
+    return log_dir, responses, plain["answers"], kept_items
 
 
 def records(log_dir: Path) -> dict[str, dict]:
@@ -91,7 +99,7 @@ def records(log_dir: Path) -> dict[str, dict]:
 
 
 def test_asked_evidence_is_logged_as_its_summary(served_log):
-    log_dir, responses, _ = served_log
+    log_dir, responses, _, _ = served_log
     asked = records(log_dir)["asked"]
     evidence = responses["asked"]["x_evidence"]
     assert asked["evidence"] == evidence_summary(evidence, 3)
@@ -108,7 +116,7 @@ def test_asked_evidence_is_logged_as_its_summary(served_log):
 
 
 def test_a_decision_routed_to_review_is_logged_with_evidence_the_caller_did_not_see(served_log):
-    log_dir, responses, plain_answers = served_log
+    log_dir, responses, plain_answers, _ = served_log
     review = records(log_dir)["review"]
     assert responses["review"]["x_outcome"]["overall"] == "review"
     assert "x_evidence" not in responses["review"] and "x_evidence" not in review["request"]
@@ -120,7 +128,7 @@ def test_a_decision_routed_to_review_is_logged_with_evidence_the_caller_did_not_
 
 
 def test_a_decision_neither_asked_nor_under_review_keeps_no_evidence(served_log):
-    log_dir, responses, _ = served_log
+    log_dir, responses, _, _ = served_log
     neither = records(log_dir)["neither"]
     assert responses["neither"]["x_outcome"]["overall"] == "pass"         # the policy names no question it asks
     assert "x_evidence" not in responses["neither"]
@@ -134,7 +142,7 @@ def replay_json(capsys, *args) -> tuple[int, dict]:
 
 
 def test_replay_reproduces_the_kept_evidence(served_log, capsys):
-    log_dir, _, _ = served_log
+    log_dir, _, _, _ = served_log
     code, result = replay_json(capsys, log_dir)                       # the three in one forward
     assert code == 0, result
     assert result["counts"]["reproduced"] == 3 and result["evidence_tolerance"] == 1e-6
@@ -146,7 +154,7 @@ def test_replay_reproduces_the_kept_evidence(served_log, capsys):
 
 
 def test_replay_reports_a_tampered_summary(served_log, tmp_path, capsys):
-    log_dir, _, _ = served_log
+    log_dir, _, _, _ = served_log
     copy = tmp_path / "log"
     shutil.copytree(log_dir, copy)
     [segment] = sorted((copy / "segments").glob("*.jsonl"))
@@ -174,7 +182,7 @@ def test_replay_reports_a_tampered_summary(served_log, tmp_path, capsys):
 
 
 def test_statements_carry_the_facts_relied_on_with_the_flag(served_log, tmp_path, capsys):
-    log_dir, _, _ = served_log
+    log_dir, _, _, _ = served_log
     (tmp_path / "map.toml").write_text(MAP, encoding="utf-8")
     statements = {}
     for name, extra in (("plain", []), ("facts", ["--evidence-facts"])):
@@ -196,3 +204,15 @@ def test_statements_carry_the_facts_relied_on_with_the_flag(served_log, tmp_path
         assert "team=" not in sentence                                  # only the question the rule names
         assert {k: v for k, v in statements["facts"][puid].items() if k != "decision_facts"} == \
             {k: v for k, v in plain.items() if k != "decision_facts"}
+
+
+def test_review_items_carry_their_evidence_for_the_workbench(served_log):
+    _, responses, _, kept_items = served_log
+    by_state = {json.dumps(item["evidence"]["questions"]["ok"]["share"]): item for item in kept_items}
+    assert len(kept_items) == 2 and all("evidence" in item for item in kept_items)     # asked, and routed unasked
+    asked = responses["asked"]["x_evidence"]
+    assert json.dumps(asked["questions"]["ok"]["share"]) in by_state                   # the full maps, as sent
+    item = by_state[json.dumps(asked["questions"]["ok"]["share"])]
+    assert item["evidence"] == asked
+    unasked = next(i for i in kept_items if i is not item)
+    assert unasked["evidence"]["questions"]["ok"]["images"][0]["heatmap"]            # computed for review: full maps
