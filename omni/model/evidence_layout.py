@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from omni.contract.audit import MediaAudit
@@ -25,19 +26,16 @@ AUDIO_TOKEN_SECONDS = 0.08
 
 @dataclass(frozen=True)
 class Grid:
-    """Pads laid out as [grids, rows, cols] cells over a picture of `width` x `height` upright source pixels."""
+    """Pads laid out as [grids, rows, cols] cells over a picture of `width` x `height` upright source pixels; the
+    resize maps the whole picture onto the whole grid, so cell (r, c) is the box [c, c+1) x width/cols by
+    [r, r+1) x height/rows."""
 
-    tokens: torch.Tensor             # positions in the record, cell order (grid, row, col)
+    tokens: np.ndarray               # positions in the record, cell order (grid, row, col)
     grids: int
     rows: int
     cols: int
     width: int
     height: int
-
-    def box(self, row: int, col: int) -> tuple[float, float, float, float]:
-        """A cell's box in the source's pixels: the resize maps the whole picture onto the whole grid."""
-        sx, sy = self.width / self.cols, self.height / self.rows
-        return col * sx, row * sy, (col + 1) * sx, (row + 1) * sy
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class Clip:
     """A recording's pads: pad k covers [k//13 + 0.08 (k%13), ...) seconds, within its second and the clip."""
 
     index: int
-    tokens: torch.Tensor
+    tokens: np.ndarray
     seconds: float
 
     def window(self, k: int) -> tuple[float, float]:
@@ -71,7 +69,7 @@ class Video:
 
 @dataclass(frozen=True)
 class Layout:
-    state_tokens: torch.Tensor       # positions of the kept state tokens
+    state_tokens: np.ndarray         # positions of the kept state tokens
     state_offsets: list[tuple[int, int]]
     state_text: str
     images: list[tuple[int, Grid]]   # (index in the images slot, its grid)
@@ -83,10 +81,10 @@ def record_layout(input_ids: torch.Tensor, media_start: int, media_end: int, sta
                   state_offsets: list[tuple[int, int]], state: object, media: tuple[MediaAudit, ...],
                   tokens_per_item: dict[str, list[int]], ids: PlaceholderIds) -> Layout:
     """The layout of one record (`media_start`: where "STATE:\\n" ends; `media_end`: where the state begins)."""
-    segment = input_ids[media_start:media_end]
+    segment = input_ids[media_start:media_end].numpy()
 
-    def pads(token: int) -> torch.Tensor:
-        return (segment == token).nonzero()[:, 0] + media_start
+    def pads(token: int) -> np.ndarray:
+        return np.flatnonzero(segment == token) + media_start
 
     image_pads = _split(pads(ids.image_pad), tokens_per_item.get("image", []))
     video_pads = _split(pads(ids.video_pad), tokens_per_item.get("video", []))
@@ -103,22 +101,22 @@ def record_layout(input_ids: torch.Tensor, media_start: int, media_end: int, sta
         fps = float(used.get("fps") or 2.0)
         times = list(used.get("frame_times_s") or [0.0])
         rows, cols = int(used["height"]) // MERGED_CELL_PX, int(used["width"]) // MERGED_CELL_PX
-        grids = int(tokens.numel()) // max(1, rows * cols)
+        grids = tokens.size // max(1, rows * cols)
         track = Clip(item.index, tracks[n], float(used.get("soundtrack_seconds") or 0.0)) if n < len(tracks) else None
         videos.append(Video(item.index, _picture(tokens, used, grids), 2.0 / fps, float(times[-1]) + 1.0 / fps, track))
-    state_tokens = torch.arange(media_end, media_end + state_kept)
+    state_tokens = np.arange(media_end, media_end + state_kept)
     return Layout(state_tokens, state_offsets[:state_kept], render(state), images, clips, videos)
 
 
-def _split(positions: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
-    if int(positions.numel()) != sum(counts):
-        raise ValueError(f"{int(positions.numel())} pads in the media segment, {sum(counts)} expected")
-    return list(torch.split(positions, counts)) if counts else []
+def _split(positions: np.ndarray, counts: list[int]) -> list[np.ndarray]:
+    if positions.size != sum(counts):
+        raise ValueError(f"{positions.size} pads in the media segment, {sum(counts)} expected")
+    return np.split(positions, np.cumsum(counts)[:-1]) if counts else []
 
 
-def _picture(tokens: torch.Tensor, used: dict, grids: int) -> Grid:
+def _picture(tokens: np.ndarray, used: dict, grids: int) -> Grid:
     """A picture's cells from its resized size (`width`, `height`: multiples of 32) and upright source size."""
     rows, cols = int(used["height"]) // MERGED_CELL_PX, int(used["width"]) // MERGED_CELL_PX
-    if rows * cols * grids != int(tokens.numel()):
-        raise ValueError(f"{int(tokens.numel())} pads for a {grids}x{rows}x{cols} grid")
+    if rows * cols * grids != tokens.size:
+        raise ValueError(f"{tokens.size} pads for a {grids}x{rows}x{cols} grid")
     return Grid(tokens, grids, rows, cols, int(used["source_width"]), int(used["source_height"]))

@@ -38,8 +38,8 @@ def option_evidence(weights: torch.Tensor, layout: Layout, top: int) -> dict[str
             "state": _state(w, layout, top), "images": images, "audio": audio, "videos": videos}
 
 
-def _mass(w: np.ndarray, tokens: torch.Tensor) -> float:
-    return float(w[tokens.numpy()].sum()) if tokens.numel() else 0.0
+def _mass(w: np.ndarray, tokens: np.ndarray) -> float:
+    return float(w[tokens].sum()) if tokens.size else 0.0
 
 
 def _w(value: float) -> float:
@@ -60,7 +60,7 @@ def _state(w: np.ndarray, layout: Layout, top: int) -> dict[str, Any]:
     """The state's top tokens as character spans (adjacent ones merged), heaviest first."""
     text, offsets = layout.state_text, layout.state_offsets
     covered = offsets[-1][1] if offsets else 0
-    values = w[layout.state_tokens.numpy()] if layout.state_tokens.numel() else np.zeros(0)
+    values = w[layout.state_tokens]
     runs: list[list[int]] = []
     for i in sorted(_top(values, top)):
         if runs and runs[-1][-1] == i - 1:
@@ -76,24 +76,24 @@ def _state(w: np.ndarray, layout: Layout, top: int) -> dict[str, Any]:
 
 def _boxes(grid: Grid, cells: np.ndarray, top: int) -> list[dict[str, float]]:
     """The top cells of one [rows, cols] map as boxes in the source's pixels."""
-    out = []
     flat = cells.reshape(-1)
-    for k in _top(flat, top):
-        row, col = divmod(k, grid.cols)
-        x0, y0, x1, y1 = grid.box(row, col)
-        out.append({"x0": round(x0, PIXEL_DECIMALS), "y0": round(y0, PIXEL_DECIMALS), "x1": round(x1, PIXEL_DECIMALS),
-                    "y1": round(y1, PIXEL_DECIMALS), "weight": _w(flat[k])})
-    return out
+    chosen = np.argsort(-flat, kind="stable")[:top]
+    rows, cols = np.divmod(chosen, grid.cols)
+    sx, sy = grid.width / grid.cols, grid.height / grid.rows
+    corners = np.round(np.stack([cols * sx, rows * sy, (cols + 1) * sx, (rows + 1) * sy], axis=1), PIXEL_DECIMALS)
+    weights = np.round(flat[chosen], WEIGHT_DECIMALS).tolist()
+    return [{"x0": x0, "y0": y0, "x1": x1, "y1": y1, "weight": weight}
+            for (x0, y0, x1, y1), weight in zip(corners.tolist(), weights, strict=True)]
 
 
 def _image(index: int, grid: Grid, w: np.ndarray, top: int) -> dict[str, Any]:
-    cells = w[grid.tokens.numpy()].reshape(grid.rows, grid.cols)
+    cells = w[grid.tokens].reshape(grid.rows, grid.cols)
     return {"index": index, "width": grid.width, "height": grid.height, "grid": {"rows": grid.rows, "cols": grid.cols},
             "heatmap": _ws(cells), "boxes": _boxes(grid, cells, top)}
 
 
 def _windows(clip: Clip, w: np.ndarray, top: int) -> dict[str, Any]:
-    values = w[clip.tokens.numpy()] if clip.tokens.numel() else np.zeros(0)
+    values = w[clip.tokens]
     seconds = -(-values.size // 13)
     padded = np.zeros(seconds * 13)
     padded[:values.size] = values
@@ -112,7 +112,7 @@ def _clip(clip: Clip, w: np.ndarray, top: int) -> dict[str, Any]:
 
 def _video(video: Video, w: np.ndarray, top: int) -> dict[str, Any]:
     grid = video.grid
-    cells = w[grid.tokens.numpy()].reshape(grid.grids, grid.rows, grid.cols)
+    cells = w[grid.tokens].reshape(grid.grids, grid.rows, grid.cols)
     per_grid = cells.sum(axis=(1, 2))
     rounded = _ws(per_grid)
     timeline = []
