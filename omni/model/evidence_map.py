@@ -52,7 +52,12 @@ def _ws(values: np.ndarray) -> list:
 
 
 def _top(values: np.ndarray, top: int) -> list[int]:
-    """Indices of the `top` largest values, heaviest first (ties: the earlier index first)."""
+    """Indices of the `top` largest values, heaviest first (ties: the earlier index first). A long vector (a long
+    state) is cut with a partial pick first; a tie that reaches the cut falls back to the full stable sort."""
+    if values.size > 8 * top + 64:
+        picked = np.argpartition(-values, top - 1)[:top]
+        if np.count_nonzero(values >= values[picked].min()) == top:
+            return picked[np.lexsort((picked, -values[picked]))].tolist()
     return np.argsort(-values, kind="stable")[:top].tolist() if values.size else []
 
 
