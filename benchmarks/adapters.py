@@ -96,23 +96,28 @@ def requests_of(engine: DecisionEngine, bodies: list[dict]) -> list:
     return [parse_request(b, engine.config, adapters=names) for b in bodies]
 
 
-def _ended(ends: dict[int, float], i: int, _future: Future[Decision]) -> None:
-    ends[i] = time.perf_counter()
+def _ended(ends: dict[int, float], done: threading.Condition, i: int, _future: Future[Decision]) -> None:
+    with done:
+        ends[i] = time.perf_counter()
+        done.notify_all()
 
 
 def stream(engine: DecisionEngine, bodies: list[dict]) -> tuple[float, list[float]]:
     """Submit every body at once; (seconds until the last answer, each request's latency). A failure raises."""
     requests = requests_of(engine, bodies)
     ends: dict[int, float] = {}
+    done = threading.Condition()
     futures: list[Future[Decision]] = []
     started = time.perf_counter()
     for i, request in enumerate(requests):
         future = engine.submit(request)
-        future.add_done_callback(partial(_ended, ends, i))
+        future.add_done_callback(partial(_ended, ends, done, i))
         futures.append(future)
     wait(futures)
     for future in futures:
         future.result()
+    with done:      # `wait` returns once the futures are done, which can be before their callbacks have run
+        done.wait_for(lambda: len(ends) == len(futures), timeout=60)
     return max(ends.values()) - started, [ends[i] - started for i in range(len(futures))]
 
 

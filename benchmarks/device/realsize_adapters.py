@@ -15,6 +15,7 @@ What it must not know: realsize.py's cases, budget and report, engine internals 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -47,8 +48,10 @@ def write_head_adapters(engine: DecisionEngine, root: Path, n: int) -> tuple[tup
     return tuple(pairs)
 
 
-def _ended(ends: dict[int, float], i: int, _future: Future[Decision]) -> None:
-    ends[i] = time.perf_counter()
+def _ended(ends: dict[int, float], done: threading.Condition, i: int, _future: Future[Decision]) -> None:
+    with done:
+        ends[i] = time.perf_counter()
+        done.notify_all()
 
 
 def _stream(engine: DecisionEngine, bodies: list[dict]) -> tuple[float, list[float]]:
@@ -57,14 +60,17 @@ def _stream(engine: DecisionEngine, bodies: list[dict]) -> tuple[float, list[flo
     requests = [parse_request(b, engine.config, adapters=names) for b in bodies]
     started = time.perf_counter()
     ends: dict[int, float] = {}
+    done = threading.Condition()
     futures: list[Future[Decision]] = []
     for i, request in enumerate(requests):
         future = engine.submit(request)
-        future.add_done_callback(partial(_ended, ends, i))
+        future.add_done_callback(partial(_ended, ends, done, i))
         futures.append(future)
     wait(futures)
     for future in futures:
         future.result()                   # a failed request fails the case
+    with done:      # `wait` returns once the futures are done, which can be before their callbacks have run
+        done.wait_for(lambda: len(ends) == len(futures), timeout=60)
     wall = max(ends.values()) - started
     return wall, [ends[i] - started for i in range(len(futures))]
 
