@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   "") extras="serve" tests=0 ;;
-  --tests) extras="serve,train,dev,cluster,quantize" tests=1 ;;
+  --tests) extras="serve,train,dev,cluster,quantize,line" tests=1 ;;
   *) echo "usage: bash scripts/bootstrap.sh [--tests]  (--tests: every extra, Chromium, axe-core)" >&2; exit 2 ;;
 esac
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -45,6 +45,16 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${OMNI_CHROMIUM:-}" ]; then
       || echo "could not install chromium: the browser tests will be skipped" >&2
   else
     echo "no chromium found: the browser tests will be skipped (apt-get install chromium, or OMNI_CHROMIUM=PATH)" >&2
+  fi
+fi
+# The line tests (tests/integration/line) start Debian's mosquitto, a real MQTT broker.
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's mosquitto for the line tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null) \
+      || echo "could not install mosquitto: the MQTT tests will be skipped" >&2
+  else
+    echo "no mosquitto found: the MQTT tests will be skipped (apt-get install mosquitto)" >&2
   fi
 fi
 # The accessibility test (tests/browser/test_accessibility.py) runs axe-core in the page: installed from the npm

@@ -1,4 +1,4 @@
-"""Layering: imports go one way (api.cli -> api.cluster -> api.http -> omni.governance -> omni.serve | omni.review |
+"""Layering: imports go one way (api.cli -> api.cluster | api.line -> api.http -> omni.governance -> omni.serve | omni.review |
 omni.learn -> omni.model -> omni.contract -> preprocess), no module takes part in an import circle (not even under
 TYPE_CHECKING or inside a function), nothing below api/ imports the web stack or the network, only
 api/http/settings.py reads the environment, and benchmarks import the installed package."""
@@ -14,7 +14,7 @@ WEB = {"fastapi", "starlette", "pydantic", "uvicorn", "multipart", "python_multi
 NETWORK = {"urllib", "requests", "http", "socket", "httpx"}
 # rank of each room: a module may import its own room and rooms of a LOWER rank only
 RANKS = {"preprocess": 0, "omni.contract": 1, "omni.model": 2, "omni.serve": 3, "omni.review": 3, "omni.learn": 3,
-         "omni.governance": 4, "api.http": 5, "api.cluster": 6, "api.cli": 7}
+         "omni.governance": 4, "api.http": 5, "api.cluster": 6, "api.line": 6, "api.cli": 7}
 
 
 def imported_modules(source: str) -> set[str]:
