@@ -3,7 +3,8 @@
 `decide` and `make-tiny` (api/cli/decide.py), `explain` (api/cli/explain.py), `eval` / `calibrate` / `finetune`
 (api/cli/learn.py), `batch` (api/cli/batch.py), `export statements` and `export checkpoint` (api/cli/export.py),
 `replay` (api/cli/replay.py), `policy fit` / `policy check` (api/cli/policy.py), `report drift` (api/cli/report.py),
-`serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `doctor`
+`serve` and `review` (api/cli/serve.py, api/cli/review.py, when the [serve] extra is installed), `line`
+(api/cli/line.py; its sources and sinks need the [line] extra), `doctor`
 (api/cli/doctor.py). A caller's mistake is one line on stderr and exit 2, never a traceback; so is a missing torch
 (a wheel installed without it names the pip line to run). Knows nothing of model internals or HTTP.
 
@@ -74,7 +75,7 @@ def needs_torch(args: argparse.Namespace) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import batch, decide, doctor, explain, export, learn, policy, replay, report
+    from api.cli import batch, decide, doctor, explain, export, learn, line, policy, replay, report
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -99,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
          replay.add_replay_arguments, replay.run_replay),
         ("policy", "decision policies: fit thresholds from labelled data at a target precision, check a file",
          policy.add_policy_arguments, policy.run_policy),
+        ("line", ("run an inspection line: folder / MQTT / OPC UA triggers, decisions within the cycle time, "
+                  "exactly once (docs/line.md)"), line.add_line_arguments, line.run_line),
         ("report", "reports on a decision log: drift of answers and outcomes between time windows (PSI)",
          report.add_report_arguments, report.run_report),
         ("doctor", ("check this machine and (--model DIR) a checkpoint without loading it: versions, CUDA, media "

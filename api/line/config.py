@@ -198,7 +198,13 @@ def _model(reader: TableReader, table: dict[str, Any]) -> ModelConfig:
 def _part(reader: TableReader, item: dict[str, Any], where: str, modules: dict[str, str], parser: str,
           context: LineContext) -> PartConfig:
     kind = reader.string(item, "type", where, choices=tuple(modules))
-    module = importlib.import_module(modules[kind])
+    try:
+        module = importlib.import_module(modules[kind])
+    except ImportError as exc:
+        if (exc.name or "").startswith("api."):
+            raise
+        raise reader.error(where, "type", f"{kind} needs the [line] extra ({exc.name} is missing): "
+                                          "pip install 'omni-decide[line]'") from None
     part: PartConfig = getattr(module, parser)(reader, item, where, context)
     return part
 
