@@ -6,7 +6,8 @@
                 max_in_flight (units the model is asked about at once)
     [request]   template (a System One request JSON: questions, optional state and model), policy (TOML),
                 model (an adapter name, where the engine serves adapters)
-    [model]     in process: checkpoint, device, dtype, quantize, torch_threads, adapters ({name = folder});
+    [model]     in process: checkpoint, device, dtype, quantize, torch_threads, adapters ({name = folder}),
+                media_cache_mb, prefix_cache_mb (a line rarely sees the same media twice: 0 saves the memory);
                 or url (+ api_key_file) of a running `omni serve`
     [status]    listen ("127.0.0.1:9310"; "" for none): /metrics, /health and /status
     [[source]]  type = "folder" | "mqtt" | "opcua", and that type's keys
@@ -33,8 +34,8 @@ OUTCOMES = ("act", "review", "pass")
 TOP_KEYS = ("line", "request", "model", "status", "source", "sink")
 LINE_KEYS = ("name", "root", "ledger", "deadline_ms", "fallback", "max_queued_units", "max_in_flight")
 REQUEST_KEYS = ("template", "policy", "model")
-MODEL_KEYS = ("checkpoint", "device", "dtype", "quantize", "torch_threads", "adapters", "url", "api_key_file",
-              "timeout_s")
+MODEL_KEYS = ("checkpoint", "device", "dtype", "quantize", "torch_threads", "adapters", "media_cache_mb",
+              "prefix_cache_mb", "url", "api_key_file", "timeout_s")
 STATUS_KEYS = ("listen",)
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -59,6 +60,8 @@ class ModelConfig:
     quantize: str | None = None
     torch_threads: int | None = None
     adapters: tuple[tuple[str, str], ...] = ()
+    media_cache_mb: float | None = None
+    prefix_cache_mb: float | None = None
     url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 60.0
@@ -171,7 +174,7 @@ def _model(reader: TableReader, table: dict[str, Any]) -> ModelConfig:
     model = reader.table(table, "model", "")
     reader.no_unknown_keys(model, MODEL_KEYS, "model")
     url = reader.string(model, "url", "model", None)
-    local = [key for key in ("checkpoint", "device", "dtype", "quantize", "torch_threads", "adapters") if key in model]
+    local = [key for key in MODEL_KEYS[:8] if key in model]
     if url and local:
         raise reader.error("model", local[0], "the server at model.url runs its own model; leave this out")
     if url and not url.startswith(("http://", "https://")):
@@ -192,6 +195,8 @@ def _model(reader: TableReader, table: dict[str, Any]) -> ModelConfig:
                                               choices=("none", "int8", "fp8", "nf4", "int4")),
                        torch_threads=reader.integer(model, "torch_threads", "model", None, low=1, high=1024),
                        adapters=pairs, url=url, api_key=api_key,
+                       media_cache_mb=reader.number(model, "media_cache_mb", "model", None, low=0),
+                       prefix_cache_mb=reader.number(model, "prefix_cache_mb", "model", None, low=0),
                        timeout_s=reader.number(model, "timeout_s", "model", 60.0, low=0.1, high=3600))
 
 
