@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.benchmarks.evidence_check import check_evidence
+from tests.integration.benchmarks.line_check import check_line
 from tests.integration.benchmarks.occlusion_check import check_occlusion
 from tests.integration.benchmarks.quantization_check import check_quantization
 from tests.integration.benchmarks.smoke_helpers import (
@@ -382,7 +383,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "device/realsize.py": lambda tmp: (check_realsize(tmp / "all"), check_realsize_quantized(tmp / "quantized")),
     "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
     "device/run.sh": check_run_sh, "quantization.py": check_quantization, "occlusion.py": check_occlusion,
-    "evidence.py": check_evidence,
+    "evidence.py": check_evidence, "line.py": check_line,
 }
 
 
