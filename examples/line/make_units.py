@@ -15,9 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))     # the repository's fixtures package
-
-from fixtures.inspection import inspection_sample  # noqa: E402
+from fixtures.inspection import inspection_sample  # installed with the package
 
 FILES = {"images": "unit.png", "audio": "hum.wav", "videos": "fan.mp4"}
 
