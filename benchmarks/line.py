@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 import paho.mqtt.client as mqtt
-from serving import OMNI, free_port, start_server, stop_server
+from serving import OMNI, start_server, stop_server
 from smoke import parse_with_smoke
 from tqdm import tqdm
 
@@ -152,6 +152,19 @@ def http_once(client: httpx.Client, template: bytes, units: Path, folder: str) -
     return time.perf_counter() - started
 
 
+def wait_until_up(plc: mqtt.Client, results: Results, line: subprocess.Popen, folder: str, log: Path) -> None:
+    """The line is up once it answers a unit (its model loaded and warm). The broker keeps triggers for the line only
+    from its first subscription on: the first one is published again until it is answered (the line decides a unit
+    id once, however often it is triggered)."""
+    ends = time.monotonic() + 300
+    while "up" not in results.arrived:
+        if time.monotonic() > ends or line.poll() is not None:
+            raise RuntimeError(f"omni line did not answer: {log.read_text()[-3000:]}")
+        trigger(plc, "up", folder)
+        with contextlib.suppress(TimeoutError):
+            results.wait("up", timeout_s=2)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -174,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     emit("env", smoke=args.smoke, units=args.units, pool=args.pool, deadline_ms=args.deadline_ms,
          cpus=os.cpu_count(), load_avg=os.getloadavg()[0])
     common = ["--torch-threads", "1", "--media-cache-mb", "0", "--prefix-cache-mb", "0"]
-    server, url = start_server(["--port", str(free_port()), *common], work / "serve.log")
+    server, url = start_server(common, work / "serve.log")
     line_log = (work / "line.log").open("wb")
     line = subprocess.Popen([sys.executable, "-c", OMNI, "line", str(write_config(work, broker.port,
                                                                                   args.deadline_ms)), "--quiet"],
@@ -185,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     plc.loop_start()
     client = httpx.Client(base_url=url, timeout=120, trust_env=False)
     try:
-        # the line is up once it answers a unit (its model loaded and warm)
+        wait_until_up(plc, results, line, pool[0], work / "line.log")
         for i in range(args.warmup):
             folder = pool[i % len(pool)]
             trigger(plc, f"warm{i}", folder)

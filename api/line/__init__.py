@@ -11,6 +11,13 @@ OPC UA, webhooks) at least once, keyed by the unit id.
 - `folder.py`: the folder-watch source (watchfiles): a subfolder or files sharing a stem, complete by a marker file
   or a quiet period;
 - `mqtt.py`: the MQTT source (QoS 1, acknowledged only once the unit is in the ledger) and sink (paho-mqtt);
-- `opcua.py`: the OPC UA source (a node change) and sink (outcome, answers, heartbeat) (asyncua).
+- `opcua.py`: the OPC UA source (a node change) and sink (outcome, answers, heartbeat) (asyncua);
+- `webhook_sink.py`: the existing signed webhooks as a sink;
+- `deciders.py`: a unit as a System One request, answered by an engine here or a running `omni serve`;
+- `ledger.py`: the JSONL ledger (decided, published, refused, late), fsynced; read back at start;
+- `runner.py`: `LineRunner`: triggers → one settle per unit (decided, timeout, overload, error) → ledger → sinks;
+- `stats.py`: the line's counters, as `/status` JSON and Prometheus text;
+- `status_http.py`: `/metrics`, `/health`, `/status` (FastAPI under uvicorn, beside the line);
+- `status_screen.py`: `omni line --status`: that status on one screen (rich).
 Only this room imports watchfiles, paho-mqtt and asyncua (the `[line]` extra). `omni/` never knows a line exists.
 """

@@ -2,7 +2,6 @@
 outcome, errors in the HTTP edge's words — on the embedded demo checkpoint, with the inspection demo's unit."""
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from omni.contract.policy import parse_policy
 from omni.contract.request import parse_request
 from omni.contract.types import Part
 from omni.serve.engine import DecisionEngine
+from tests.threads import asyncio_run
 
 ROOT = Path(__file__).resolve().parents[3]
 POLICY = b"""version = "line-test"
@@ -52,7 +52,7 @@ def test_a_unit_is_answered_as_the_same_request_over_the_wire_would_be(engine, t
     policy = parse_policy(POLICY)
     files = unit(tmp_path)
     decider = EngineDecider(engine, engine.config, template, policy)
-    body = asyncio.run(decider.decide(Trigger(unit_id="4711", files=files, source="t", ready_wall_s=time.time()),
+    body = asyncio_run(decider.decide(Trigger(unit_id="4711", files=files, source="t", ready_wall_s=time.time()),
                                       30.0))
     parts = [Part(slot, path.read_bytes()) for slot, path in zip(("images", "audio", "videos"), files, strict=True)]
     request = parse_request({**template, "id": "4711"}, engine.config, parts)
@@ -74,6 +74,6 @@ def test_a_units_bad_files_are_its_error_in_the_http_edges_words(engine, tmp_pat
     for path, status in cases.items():
         trigger = Trigger(unit_id="u1", files=(path,), source="t", ready_wall_s=time.time())
         with pytest.raises(DecideFailed) as caught:
-            asyncio.run(decider.decide(trigger, 30.0))
+            asyncio_run(decider.decide(trigger, 30.0))
         assert caught.value.status == status, (path.name, caught.value.body)
         assert path.name in str(caught.value.body), caught.value.body

@@ -16,6 +16,7 @@ from api.line.deciders import DecideFailed
 from api.line.ledger import Ledger
 from api.line.ports import LineError, Result, Trigger
 from api.line.runner import LineRunner
+from tests.threads import asyncio_run
 
 ANSWER = {"answers": {"ok": {"answer": True, "confidence": 0.9}}, "x_outcome": {"overall": "pass"}}
 
@@ -101,7 +102,7 @@ def run_line(tmp_path: Path, triggers: list[Trigger], decider: Any, sinks: list[
             await asyncio.sleep(0.01)
         stop.set()
         await task
-    asyncio.run(main())
+    asyncio_run(main())
     return runner
 
 
