@@ -53,6 +53,19 @@ def show_status(config: LineConfig, raw: bool) -> int:
     return 0
 
 
+def engine_config_of(config: LineConfig) -> Any:
+    """The engine's config: its defaults, overridden by what [model] sets; a queue that holds max_in_flight."""
+    from omni.contract.config import EngineConfig
+
+    m = config.model
+    overrides: dict[str, Any] = {"model_path": m.checkpoint, "device": m.device, "dtype": m.dtype,
+                                 "quantize": m.quantize, "torch_threads": m.torch_threads,
+                                 "adapters": m.adapters or None, "media_cache_mb": m.media_cache_mb,
+                                 "prefix_cache_mb": m.prefix_cache_mb}
+    engine_config = replace(EngineConfig(), **{key: value for key, value in overrides.items() if value is not None})
+    return replace(engine_config, max_queue=max(engine_config.max_queue, config.max_in_flight))
+
+
 def _decider(config: LineConfig, quiet: bool) -> tuple[Any, Any]:
     """(decider, the engine to stop or None)."""
     from api.line.deciders import EngineDecider, RemoteDecider
@@ -67,14 +80,9 @@ def _decider(config: LineConfig, quiet: bool) -> tuple[Any, Any]:
     policy = read_policy(config.policy_path) if config.policy_path else None    # before the model loads
     from api.cli.batch import start_engine
     from api.cli.decide import quiet_model_loading
-    from omni.contract.config import EngineConfig
 
     quiet_model_loading(quiet)
-    m = config.model
-    overrides: dict[str, Any] = {"model_path": m.checkpoint, "device": m.device, "dtype": m.dtype, "quantize": m.quantize,
-                 "torch_threads": m.torch_threads, "adapters": m.adapters or None}
-    engine_config = replace(EngineConfig(), **{key: value for key, value in overrides.items() if value is not None})
-    engine_config = replace(engine_config, max_queue=max(engine_config.max_queue, config.max_in_flight))
+    engine_config = engine_config_of(config)
     engine = start_engine(engine_config)
     return EngineDecider(engine, engine_config, config.template, policy, config.model_name), engine
 

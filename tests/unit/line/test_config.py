@@ -76,3 +76,13 @@ def test_a_file_that_is_not_utf8_or_too_large_is_refused(tmp_path):
     path.write_bytes(b"#" * (1024 * 1024 + 1))
     with pytest.raises(LineError, match="over the 1048576-byte limit"):
         read_line_config(path)
+
+
+def test_the_model_table_reaches_the_engines_config(tmp_path):
+    from api.cli.line import engine_config_of
+
+    text = GOOD + "\n[model]\ntorch_threads = 3\nmedia_cache_mb = 0\nprefix_cache_mb = 64.5\ndtype = \"float32\"\n"
+    config = engine_config_of(read_line_config(write(tmp_path, text)))
+    assert (config.torch_threads, config.media_cache_mb, config.prefix_cache_mb, config.dtype) == (3, 0, 64.5,
+                                                                                                   "float32")
+    assert config.max_queue >= 8 and config.model_path is None
