@@ -28,6 +28,8 @@ LONGEST_FIRST = (
     "browser",                                         # ~90 s
     "tests/integration/test_first_run.py",             # ~40 s: a fresh venv
     "tests/integration/test_wheel.py",                 # ~40 s: a wheel, a fresh venv
+    "tests/integration/line/test_crash.py",            # ~40 s: 500 units over MQTT, omni line killed 4 times
+    "tests/integration/line/test_example.py",          # ~25 s: the demo line from a folder, then over MQTT
     f"{SMOKE}::test_smoke[cache.py]",
     f"{SMOKE}::test_smoke[load.py]",
     f"{SMOKE}::test_smoke[webhooks.py]",
