@@ -10,14 +10,14 @@ thread and the media and prefix caches off (a line never sees the same media twi
    multipart `POST /v1/systemone` of the unit's three files with the template, timed from the request's first byte to
    the parsed answer; `line` — an MQTT trigger `{"unit_id", "files"}` published (QoS 1) and timed until the unit's
    result arrives on the result topic (QoS 1). p50 / p99 of each, and the ratio of the p50s (goal: <= 1.1).
-2. **Throughput**: triggers at a steady rate (units per minute) for `--step-units` units per step, the rate raised
+2. **Throughput**: triggers at a steady rate (units per minute) for `--step-s` seconds per step, the rate raised
    step by step; per step the share of units whose result is `timeout` (deadline `--deadline-ms`); the sustained
    rate is the last step whose miss rate is at most 1 %.
 
 Prints JSON lines (`env`, `latency` per path, `ratio`, `step` per rate, `summary`). Not a test: nothing asserted.
 Knows nothing of the line's internals: it talks MQTT and HTTP to the two processes.
 
-    .venv/bin/python benchmarks/line.py [--units 30] [--pool 12] [--deadline-ms 2000] [--rates 30,60,...] [--smoke]
+    .venv/bin/python benchmarks/line.py [--units 30] [--pool 12] [--deadline-ms 2000] [--rates 60,240,...] [--step-s 20] [--smoke]
 
 A few minutes here. `--smoke`: 2 units per path, 2 short steps; its figures mean nothing.
 """
@@ -48,7 +48,7 @@ from fixtures.mosquitto import Mosquitto
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = (("images", "unit.png"), ("audio", "hum.wav"), ("videos", "fan.mp4"))
-SMOKE = {"units": 2, "pool": 2, "rates": "60,120", "step_units": 3, "warmup": 1}
+SMOKE = {"units": 2, "pool": 2, "rates": "60,120", "step_s": 2.0, "warmup": 1}
 
 
 def emit(event: str, **fields: Any) -> dict:
@@ -176,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--pool", type=int, default=12, help="distinct demo units written (reused)")
     parser.add_argument("--deadline-ms", type=int, default=2000)
-    parser.add_argument("--rates", default="60,120,180,240,300,360,420,480,600,720",
+    parser.add_argument("--rates", default="60,240,480,720,960,1200,1500,1800,2400,3000,3600,4800",
                         help="units per minute, one step each, until the miss rate passes 1 %%")
-    parser.add_argument("--step-units", type=int, default=60)
+    parser.add_argument("--step-s", type=float, default=20.0,
+                        help="seconds per step: long enough that the queue cannot absorb a rate the model cannot hold")
     args = parse_with_smoke(parser, SMOKE, argv)
     work = Path(tempfile.mkdtemp(prefix="omni-line-bench-"))
     broker = Mosquitto(work / "broker").start()
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         sustained = None
         for rate in (int(r) for r in args.rates.split(",")):
             interval_s = 60.0 / rate
-            ids = [f"r{rate}-{i}" for i in range(args.step_units)]
+            ids = [f"r{rate}-{i}" for i in range(max(2, round(rate * args.step_s / 60)))]
             start = time.perf_counter()
             for i, unit_id in enumerate(ids):
                 time.sleep(max(0.0, start + i * interval_s - time.perf_counter()))

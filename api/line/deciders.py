@@ -27,6 +27,9 @@ from omni.contract.policy import Policy
 from omni.contract.request import parse_request
 from omni.contract.types import DecisionRequest, Part
 from omni.serve.surface import ServingEngine
+from preprocess.errors import MediaTooLarge
+from preprocess.item import MediaItem
+from preprocess.media import MediaLimits
 
 ROUTE = "/v1/systemone"
 
@@ -73,9 +76,17 @@ def slotted_files(files: Sequence[Path]) -> list[tuple[str, Path]]:
     return slotted
 
 
-def read_file(path: Path, i: int) -> bytes:
-    """A unit's file; InvalidRequest at `files[i]` when it went away or cannot be read."""
+def read_file(path: Path, i: int, slot: str, limits: MediaLimits) -> bytes:
+    """A unit's file; InvalidRequest at `files[i]` when it went away or cannot be read, MediaTooLarge (413) when it is
+    over its medium's byte limit — checked on its size, before a byte is read (a 50 GB file is never loaded)."""
+    limit, name = {"images": (limits.max_image_bytes, "max_image_bytes"),
+                   "audio": (limits.max_audio_bytes, "max_audio_bytes"),
+                   "videos": (limits.max_video_bytes, "max_video_bytes")}[slot]
     try:
+        size = path.stat().st_size
+        if size > limit:
+            item = MediaItem(slot, i, b"", origin=f"file {path.name}")
+            raise MediaTooLarge(item, f"{size} bytes over {name}={limit}")
         return path.read_bytes()
     except OSError as exc:
         raise InvalidRequest.one(("files", i), f"{path.name}: cannot be read ({exc.strerror or exc})") from None
@@ -91,7 +102,7 @@ class EngineDecider:
         self.engine, self.config, self.template, self.policy, self.model = engine, config, template, policy, model
 
     def _request(self, trigger: Trigger) -> DecisionRequest:
-        parts = [Part(slot, read_file(path, i), origin=f"file {path.name}")
+        parts = [Part(slot, read_file(path, i, slot, self.config.media), origin=f"file {path.name}")
                  for i, (slot, path) in enumerate(slotted_files(trigger.files))]
         return parse_request(unit_body(self.template, trigger, self.model), self.config, parts,
                              adapters=self.engine.model_names())
@@ -124,12 +135,14 @@ class RemoteDecider:
         self.client = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, limits=limits,
                                         transport=transport, trust_env=False)
         self.template, self.model = template, model
+        self.limits = MediaLimits()     # the server applies its own; these bound what the line reads for it
 
     async def decide(self, trigger: Trigger, deadline_s: float) -> dict[str, Any]:
         try:
             files_slotted = slotted_files(trigger.files)
-            blobs = await asyncio.to_thread(lambda: [read_file(path, i) for i, (_, path) in enumerate(files_slotted)])
-        except InvalidRequest as exc:
+            blobs = await asyncio.to_thread(lambda: [read_file(path, i, slot, self.limits)
+                                                     for i, (slot, path) in enumerate(files_slotted)])
+        except (InvalidRequest, MediaTooLarge) as exc:
             status, body, _ = error_payload(exc, trigger.unit_id)
             raise DecideFailed(status, body) from exc
         request = json.dumps(unit_body(self.template, trigger, self.model)).encode()

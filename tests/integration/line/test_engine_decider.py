@@ -70,7 +70,10 @@ def test_a_units_bad_files_are_its_error_in_the_http_edges_words(engine, tmp_pat
     unknown = tmp_path / "notes.txt"
     unknown.write_text("x")
     gone = tmp_path / "gone.wav"
-    cases = {corrupt: 415, unknown: 422, gone: 422}
+    huge = tmp_path / "huge.mp4"          # sparse: over max_video_bytes without the disk, refused before it is read
+    with huge.open("wb") as stream:
+        stream.truncate(engine.config.media.max_video_bytes + 1)
+    cases = {corrupt: 415, unknown: 422, gone: 422, huge: 413}
     for path, status in cases.items():
         trigger = Trigger(unit_id="u1", files=(path,), source="t", ready_wall_s=time.time())
         with pytest.raises(DecideFailed) as caught:
