@@ -4,7 +4,8 @@
     omni/serve/     the DecisionEngine (given a model) and its micro-batcher: admission, decode pool, one model thread
     omni/review/    the review workflow: review directories, queues, their sources and filters, history, agreement
     omni/learn/     labelled datasets, evaluation, metrics, plots, fine-tuning
-                    (serve, review and learn sit side by side: none imports another)
+    omni/banks/     hash banks: bank files, PDQ / sha256 indexes and lookups, the hashes of a medium
+                    (serve, banks, review and learn sit side by side: none imports another)
     omni/model/     ClefModel with the ONE prepare (media + prompt + positions), backbone, head, checkpoints, export
     omni/contract/  the wire in and out for every edge: types, errors, config, the one request parser, answers
 

@@ -17,6 +17,7 @@
                   pixels on the model's device
     align.py      placeholder token layout of the media segment, audio-in-video interleave, token-count formulas
     loader.py     a checkpoint's tokenizer, image processor and Whisper feature extractor
+    hashes.py     what a medium is looked up in a hash bank by: a photo's PDQ hash (pdqhash), any bytes' sha256
 
 Does not import `omni`.
 """

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   "") extras="serve" tests=0 ;;
-  --tests) extras="serve,train,dev,cluster,quantize,line" tests=1 ;;
+  --tests) extras="serve,train,dev,cluster,quantize,line,banks" tests=1 ;;
   *) echo "usage: bash scripts/bootstrap.sh [--tests]  (--tests: every extra, Chromium, axe-core)" >&2; exit 2 ;;
 esac
 [ -x .venv/bin/python ] || python3 -m venv .venv

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WEB = {"fastapi", "starlette", "pydantic", "uvicorn", "multipart", "python_multipart", "prometheus_client", "api"}
 NETWORK = {"urllib", "requests", "http", "socket", "httpx"}
 # rank of each room: a module may import its own room and rooms of a LOWER rank only
-RANKS = {"preprocess": 0, "omni.contract": 1, "omni.model": 2, "omni.serve": 3, "omni.review": 3, "omni.learn": 3,
+RANKS = {"preprocess": 0, "omni.contract": 1, "omni.model": 2, "omni.serve": 3, "omni.banks": 3, "omni.review": 3, "omni.learn": 3,
          "omni.governance": 4, "api.http": 5, "api.cluster": 6, "api.line": 6, "api.cli": 7}
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.benchmarks.banks_check import check_banks
 from tests.integration.benchmarks.evidence_check import check_evidence
 from tests.integration.benchmarks.line_check import check_line
 from tests.integration.benchmarks.occlusion_check import check_occlusion
@@ -383,7 +384,7 @@ CHECKS: dict[str, Callable[[Path], None]] = {
     "device/realsize.py": lambda tmp: (check_realsize(tmp / "all"), check_realsize_quantized(tmp / "quantized")),
     "cli_startup.py": check_cli_startup, "torch_threads.py": check_torch_threads,
     "device/run.sh": check_run_sh, "quantization.py": check_quantization, "occlusion.py": check_occlusion,
-    "evidence.py": check_evidence, "line.py": check_line,
+    "evidence.py": check_evidence, "line.py": check_line, "banks.py": check_banks,
 }
 
 

@@ -1,0 +1,142 @@
+"""banks: hash-bank lookups at size (issue 36 item 1) — a bank of `--entries` PDQ hashes (1,000,000 by default) read
+from its CSV file and indexed, then looked up: near copies of banked hashes (2..31 bits flipped: matches) and random
+hashes (misses), one query at a time; p50 / p99 per kind, the file's read and the index's build time, the bytes the
+index holds. Beside it, in the same run: the PDQ hash of the inspection photo (what a request's photo costs before
+its lookup) against the model's answer to the inspection request (`DecisionEngine.decide`, the embedded demo
+checkpoint, caches off), as the ratio a matched request could reach (goal: >= 20x faster than the model answer).
+
+Random PDQ hashes stand for a bank's (real PDQ hashes are near-balanced bit strings, as these are); the queries' and
+the bank's seeds are fixed. One faiss thread. Prints JSON lines (`env`, `bank`, `lookup` per kind, `hash_vs_model`,
+`summary`). Not a test: nothing asserted.
+Knows nothing of how matches are used: it calls `omni.banks` and the engine as a library.
+
+    .venv/bin/python benchmarks/banks.py [--entries 1000000] [--queries 400] [--smoke]
+
+About a minute here (most of it the file and the index). `--smoke`: 20,000 entries, 40 queries; its figures mean
+nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+from smoke import parse_with_smoke
+
+from omni.banks.entries import read_bank
+from omni.banks.index import Bank
+from preprocess.hashes import pdq_of_image
+from preprocess.item import MediaItem
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = {"entries": 20_000, "queries": 40, "model_rounds": 2}
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def write_bank(path: Path, hashes: np.ndarray) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        out.write("hash_type,hash,label,action,source,added\n")
+        for i, row in enumerate(hashes):
+            out.write(f"pdq,{row.tobytes().hex()},known-{i % 7},act,bench,2026-12-04T00:00:00Z\n")
+
+
+def timed_lookups(bank: Bank, queries: list[bytes]) -> tuple[list[float], int]:
+    times, matched = [], 0
+    for query in queries:
+        started = time.perf_counter()
+        found = bank.match("pdq", query)
+        times.append(time.perf_counter() - started)
+        matched += bool(found)
+    return times, matched
+
+
+def model_vs_hash(rounds: int) -> dict[str, float]:
+    from omni.contract.config import EngineConfig
+    from omni.contract.request import parse_request
+    from omni.contract.types import Part
+    from omni.serve.engine import DecisionEngine
+
+    template = json.loads((ROOT / "examples" / "inspection.json").read_text())
+    media = [(slot, (ROOT / "examples" / "inspection" / name).read_bytes())
+             for slot, name in (("images", "unit.png"), ("audio", "hum.wav"), ("videos", "fan.mp4"))]
+    engine = DecisionEngine(EngineConfig(torch_threads=1, media_cache_mb=0, prefix_cache_mb=0))
+    photo = media[0][1]
+    model_s, hash_s = [], []
+    for i in range(rounds + 1):                      # the first round warms both up
+        request = parse_request({**template, "id": f"b{i}"}, engine.config, [Part(s, d) for s, d in media])
+        started = time.perf_counter()
+        engine.decide(request)
+        model = time.perf_counter() - started
+        started = time.perf_counter()
+        pdq_of_image(MediaItem("images", 0, photo))
+        hashed = time.perf_counter() - started
+        if i:
+            model_s.append(model)
+            hash_s.append(hashed)
+    return {"model_p50_ms": round(1000 * statistics.median(model_s), 3),
+            "pdq_hash_p50_ms": round(1000 * statistics.median(hash_s), 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="hash-bank lookups at size")
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=400)
+    parser.add_argument("--model-rounds", type=int, default=10)
+    args = parse_with_smoke(parser, SMOKE, argv)
+    faiss.omp_set_num_threads(1)
+    emit("env", smoke=args.smoke, entries=args.entries, queries=args.queries, cpus=os.cpu_count(),
+         load_avg=os.getloadavg()[0], faiss=faiss.__version__)
+    rng = np.random.default_rng(36)
+    hashes = rng.integers(0, 256, (args.entries, 32), dtype=np.uint8)
+    with tempfile.TemporaryDirectory(prefix="omni-banks-") as work:
+        path = Path(work) / "known.csv"
+        write_bank(path, hashes)
+        started = time.perf_counter()
+        file = read_bank(path)
+        read_s = time.perf_counter() - started
+        started = time.perf_counter()
+        bank = Bank(file)
+        build_s = time.perf_counter() - started
+        emit("bank", entries=len(bank), file_bytes=path.stat().st_size, read_s=round(read_s, 3),
+             build_s=round(build_s, 3))
+    near = []
+    for i in rng.choice(args.entries, args.queries, replace=False):
+        row = hashes[i].copy()
+        for bit in rng.choice(256, int(rng.integers(2, 32)), replace=False):
+            row[bit // 8] ^= 1 << (bit % 8)
+        near.append(row.tobytes())
+    far = [rng.integers(0, 256, 32, dtype=np.uint8).tobytes() for _ in range(args.queries)]
+    timed_lookups(bank, near[:10] + far[:10])        # warm-up
+    results = {}
+    for kind, queries in (("near copy", near), ("random", far)):
+        times, matched = timed_lookups(bank, queries)
+        results[kind] = statistics.median(times)
+        emit("lookup", kind=kind, n=len(queries), matched=matched, p50_ms=round(1000 * statistics.median(times), 4),
+             p99_ms=round(1000 * pct(times, 0.99), 4), goal_p50_ms=5.0)
+    figures = model_vs_hash(args.model_rounds)
+    cost_ms = figures["pdq_hash_p50_ms"] + 1000 * results["near copy"]
+    emit("hash_vs_model", **figures, lookup_p50_ms=round(1000 * results["near copy"], 4),
+         model_over_hash_and_lookup=round(figures["model_p50_ms"] / cost_ms, 2), goal=20)
+    emit("summary", entries=args.entries, near_p50_ms=round(1000 * results["near copy"], 4),
+         random_p50_ms=round(1000 * results["random"], 4), smoke=args.smoke,
+         model_over_hash_and_lookup=round(figures["model_p50_ms"] / cost_ms, 2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""benchmarks/banks.py's smoke check (test_smoke.py's CHECKS names it): its smoke mode (20,000 random PDQ hashes
+written as a bank file, read, indexed and looked up; the inspection photo hashed beside a model answer) in a
+subprocess, checked for what it prints: every near copy found and no random hash matched (at 20,000 entries a
+random hash is hundreds of bits from all of them), the figures positive. Nothing here is timed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.benchmarks.smoke_helpers import json_lines, one, positive, run_smoke
+
+
+def check_banks(tmp_path: Path) -> None:
+    lines = json_lines(run_smoke("banks.py").stdout)
+    env = one(lines, event="env")
+    assert env["smoke"] is True and env["entries"] == 20_000
+    bank = one(lines, event="bank")
+    assert bank["entries"] == 20_000
+    positive(bank, "file_bytes", "read_s", "build_s")
+    near, far = one(lines, event="lookup", kind="near copy"), one(lines, event="lookup", kind="random")
+    assert near["matched"] == near["n"] == 40 and far["matched"] == 0 and far["n"] == 40
+    positive(near, "p50_ms", "p99_ms")
+    versus = one(lines, event="hash_vs_model")
+    positive(versus, "model_p50_ms", "pdq_hash_p50_ms", "model_over_hash_and_lookup")
+    assert one(lines, event="summary")["smoke"] is True
