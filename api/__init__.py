@@ -1,7 +1,7 @@
 """api: the edges of omni-decide, over the core in `omni/`. Imports go one way, down this list:
 
     api/cli/      the `omni` command: decide, make-tiny, serve, review, batch (in-process or --url), eval,
-                  calibrate, finetune, export, replay, policy, report, doctor, line
+                  calibrate, finetune, export, replay, policy, report, doctor, line, bank
     api/cluster/  `omni serve --ray`: the same app on Ray Serve, one engine per replica (the only room that imports Ray)
     api/http/     the FastAPI service: app, routes (System One, Cloudflare's route, review), the workbench page,
                   transport (bytes -> JSON + parts), schemas (docs only), the one error table, Prometheus metrics,

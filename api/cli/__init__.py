@@ -21,6 +21,7 @@
                outcome flips, calibration on reviewed items), PNG
     doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)
     doctor_plan.py  `omni doctor --plan [--json]`: the memory plan of a checkpoint's configs, as text or JSON
+    bank.py    `omni bank check FILE...`, `omni bank lookup FILE... --image PHOTO --file ANY`: hash banks (no model)
     line.py    `omni line CONFIG.toml [--status]`: an inspection line run (api.line), or its one-screen status
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.

@@ -75,7 +75,7 @@ def needs_torch(args: argparse.Namespace) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from api.cli import batch, decide, doctor, explain, export, learn, line, policy, replay, report
+    from api.cli import bank, batch, decide, doctor, explain, export, learn, line, policy, replay, report
 
     parser = argparse.ArgumentParser(prog="omni", description="Multimodal decisions with a Qwen3-Omni thinker + "
                                      "Clef joint-schema head (System One API).")
@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
          policy.add_policy_arguments, policy.run_policy),
         ("line", ("run an inspection line: folder / MQTT / OPC UA triggers, decisions within the cycle time, "
                   "exactly once (docs/line.md)"), line.add_line_arguments, line.run_line),
+        ("bank", "hash banks: check bank files; look up what photos and files match in them (docs/banks.md)",
+         bank.add_bank_arguments, bank.run_bank),
         ("report", "reports on a decision log: drift of answers and outcomes between time windows (PSI)",
          report.add_report_arguments, report.run_report),
         ("doctor", ("check this machine and (--model DIR) a checkpoint without loading it: versions, CUDA, media "

@@ -35,6 +35,8 @@ ACTIONS = ("act", "review", "pass", "flag")
 FIELDS = ("hash_type", "hash", "label", "action", "source", "added")
 HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 MAX_BANK_BYTES = 1024 * 1024 * 1024
+DEFAULT_PDQ_THRESHOLD = 31     # Hamming bits of 256: the threshold PDQ's authors give for a match
+MAX_PDQ_THRESHOLD = 63
 
 
 class BankError(OmniError):

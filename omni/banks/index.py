@@ -21,12 +21,10 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from omni.banks.entries import BankEntry, BankError, BankFile
+from omni.banks.entries import DEFAULT_PDQ_THRESHOLD, MAX_PDQ_THRESHOLD, BankEntry, BankError, BankFile
 
 PDQ_BITS = 256
 CHUNKS, CHUNK_BITS = 16, 16
-DEFAULT_PDQ_THRESHOLD = 31
-MAX_PDQ_THRESHOLD = 63
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from omni.banks.index import DEFAULT_PDQ_THRESHOLD
+from omni.banks.entries import DEFAULT_PDQ_THRESHOLD
 from preprocess.errors import MediaError
 from preprocess.hashes import pdq_of_image, pdq_of_pixels, sha256_of
 from preprocess.item import MediaItem

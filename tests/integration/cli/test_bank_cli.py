@@ -1,0 +1,64 @@
+"""`omni bank check` and `omni bank lookup` as a user runs them: what a bank holds, what a re-uploaded photo and a
+recording match (the photo by PDQ within the threshold, the recording by its bytes), and every mistake one line on
+stderr with exit 2."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[3]
+BANK = ROOT / "examples" / "banks" / "known.csv"
+
+
+def omni(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "api.cli.main", "bank", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_check_says_what_a_bank_holds():
+    done = omni("check", BANK)
+    assert done.returncode == 0, done.stderr
+    [summary] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert summary["bank"] == "known" and summary["entries"] == 2
+    assert summary["hash_types"] == {"pdq": 1, "sha256": 1} and summary["actions"] == {"flag": 1, "review": 1}
+    assert len(summary["version"]) == 64
+
+
+def test_lookup_finds_a_reencoded_photo_and_the_recording_and_nothing_for_the_clip(tmp_path):
+    image = Image.open(ROOT / "examples" / "inspection" / "unit.png").convert("RGB")
+    buffer = io.BytesIO()
+    image.resize((image.width * 3 // 4, image.height * 3 // 4)).save(buffer, "JPEG", quality=70)
+    copy = tmp_path / "reupload.jpg"
+    copy.write_bytes(buffer.getvalue())
+    done = omni("lookup", BANK, "--image", copy, "--file", ROOT / "examples" / "inspection" / "hum.wav",
+                "--file", ROOT / "examples" / "inspection" / "fan.mp4")
+    assert done.returncode == 0, done.stderr
+    photo, hum, clip = (json.loads(line) for line in done.stdout.splitlines())
+    [match] = photo["matches"]
+    assert match["label"] == "demo-unit-photo" and match["hash_type"] == "pdq" and 0 < match["distance"] <= 31
+    assert match["action"] == "flag" and match["line"] == 2 and photo["pdq_quality"] >= 50
+    assert [m["label"] for m in hum["matches"]] == ["demo-hum-recording"] and hum["matches"][0]["distance"] == 0
+    assert clip["matches"] == [] and len(clip["hashes"]["sha256"]) == 64
+    strict = omni("lookup", BANK, "--image", copy, "--pdq-threshold", "0")
+    assert json.loads(strict.stdout)["matches"] == []
+
+
+def test_every_mistake_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(BANK.read_text().replace(",flag,", ",delete,"))
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    cases = [(("check", bad), f"{bad}: line 2: action: 'delete' is not one of act, review, pass, flag"),
+             (("check", tmp_path / "none.csv"), "cannot be read"),
+             (("lookup", BANK), "give at least one --image PHOTO or --file ANY"),
+             (("lookup", BANK, "--image", broken), "broken.png"),
+             (("lookup", BANK, "--image", broken, "--pdq-threshold", "64"), "outside 0..63")]
+    for args, expected in cases:
+        done = omni(*args)
+        assert done.returncode == 2 and expected in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
