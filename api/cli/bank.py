@@ -1,9 +1,13 @@
 """`omni bank check FILE...`: bank files read and checked (every mistake named by file, line and field; exit 2);
-`omni bank lookup FILE... --image PHOTO --file ANY`: what those media match in those banks, as JSON lines.
+`omni bank lookup FILE... --image PHOTO --file ANY`: what those media match in those banks, as JSON lines;
+`omni bank add BANK --from REVIEW_DIR --where QUESTION=ANSWER --action A --label L`: reviewed items become entries.
 
 `lookup` hashes each photo as a request's photo would be (upright pixels, PDQ) and every file by its sha256, and
-prints one line per medium: its hashes and its matches, nearest first. Neither loads a model. Knows nothing of the
-engine or HTTP.
+prints one line per medium: its hashes and its matches, nearest first. `add` reads a review directory's labelled
+items (`labels.jsonl`, the reviewers' labels), keeps those whose label for QUESTION is ANSWER, and appends an entry
+per medium to BANK (created with its header when new): a photo by PDQ, a recording or video by sha256; a hash the
+bank already holds is skipped, a photo too flat for PDQ (quality below 50) is banked by sha256 instead. The bank file
+is checked again after the append. None loads a model. Knows nothing of the engine or HTTP.
 """
 from __future__ import annotations
 
@@ -27,12 +31,22 @@ def add_bank_arguments(parser: argparse.ArgumentParser) -> None:
     lookup.add_argument("--pdq-threshold", type=int, default=DEFAULT_PDQ_THRESHOLD,
                         help=f"Hamming bits of 256 within which a PDQ hash matches (0..{MAX_PDQ_THRESHOLD}; "
                              f"default {DEFAULT_PDQ_THRESHOLD})")
+    add = sub.add_parser("add", help="append a review directory's items with a given label to a bank")
+    add.add_argument("bank", type=Path, help="the bank file to append to (.csv or .jsonl; created when missing)")
+    add.add_argument("--from", dest="review_dir", type=Path, required=True, help="a review directory")
+    add.add_argument("--where", required=True, metavar="QUESTION=ANSWER",
+                     help="the reviewers' label that selects items: a noul true/false, a choice id, a score level")
+    add.add_argument("--action", required=True, choices=("act", "review", "pass", "flag"),
+                     help="what a match will stand for (docs/banks.md)")
+    add.add_argument("--label", required=True, help="the entries' label: what the content is")
     parser.set_defaults(needs_torch=lambda args: False)
 
 
 def run_bank(args: argparse.Namespace) -> int:
     from omni.banks.entries import read_bank
 
+    if args.bank_command == "add":
+        return _add(args)
     files = [read_bank(path) for path in args.banks]
     if args.bank_command == "check":
         for file in files:
@@ -71,3 +85,91 @@ def _lookup(files: list, args: argparse.Namespace) -> int:
                            for m in matches]
         print(json.dumps(line))
     return 0
+
+
+MIN_PDQ_QUALITY = 50
+
+
+def _add(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from omni.banks.entries import FIELDS, read_bank
+    from omni.learn.dataset import load_dataset
+    from omni.review.directory import dataset_path
+    from preprocess.hashes import pdq_of_image, sha256_of
+
+    problem = _add_problem(args)
+    if problem:
+        print(f"omni bank add: {problem}", file=sys.stderr)
+        return 2
+    question, _, answer = args.where.partition("=")
+    bank_path: Path = args.bank
+    existing = read_bank(bank_path) if bank_path.exists() else None
+    held = {(e.hash_type, e.hash) for e in existing.entries} if existing else set()
+    records = load_dataset(dataset_path(args.review_dir))
+    if records and all(question not in {q.id for q in r.request.questions} for r in records):
+        print(f"omni bank add: --where: no item of {args.review_dir} asks {question!r}", file=sys.stderr)
+        return 2
+    added_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    rows, chosen, media = [], 0, 0
+    for record in records:
+        if record.labels.get(question) not in (answer, answer.lower()):
+            continue
+        chosen += 1
+        for item in record.request.media:
+            media += 1
+            kind, value = "sha256", sha256_of(item.data)
+            if item.slot == "images":
+                pdq = pdq_of_image(item)
+                if pdq.quality >= MIN_PDQ_QUALITY:
+                    kind, value = "pdq", pdq.hex
+            if (kind, value) in held:
+                continue
+            held.add((kind, value))
+            rows.append({"hash_type": kind, "hash": value, "label": args.label, "action": args.action,
+                         "source": f"review:{args.review_dir.name}#line{record.line}", "added": added_at})
+    _write_with(bank_path, rows, FIELDS)
+    print(json.dumps({"bank": str(bank_path), "items": chosen, "media": media, "added": len(rows),
+                      "already_banked": media - len(rows)}))
+    return 0
+
+
+def _add_problem(args: argparse.Namespace) -> str | None:
+    question, sep, answer = args.where.partition("=")
+    if not sep or not question or not answer:
+        return f"--where {args.where!r}: write QUESTION=ANSWER (e.g. label_visible=false)"
+    if not args.label.strip() or len(args.label) > 128:
+        return f"--label: 1-128 characters, not {len(args.label)}"
+    if args.bank.suffix.lower() not in (".csv", ".jsonl"):
+        return f"{args.bank}: a bank file is .csv or .jsonl"
+    return None
+
+
+def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
+    """The bank with `rows` appended, written beside it, read back as a bank (a bad --label is refused there, naming
+    the bank, and the bank is left as it was), then moved over it atomically."""
+    import csv
+    import io
+    import os
+
+    from omni.banks.entries import BankError, read_bank
+
+    old = path.read_bytes() if path.exists() else b""
+    if old and not old.endswith(b"\n"):
+        old += b"\n"
+    buffer = io.StringIO()
+    if path.suffix.lower() == ".csv":
+        writer = csv.DictWriter(buffer, fieldnames=list(fields), lineterminator="\n")
+        if not old:
+            writer.writeheader()
+        writer.writerows(rows)
+    else:
+        buffer.writelines(json.dumps(row) + "\n" for row in rows)
+    temporary = path.with_name(f".{path.stem}.adding{path.suffix}")
+    temporary.write_bytes(old + buffer.getvalue().encode("utf-8"))
+    try:
+        read_bank(temporary)
+    except BankError as exc:
+        temporary.unlink()
+        raise BankError(str(exc).replace(str(temporary), str(path))) from None
+    os.replace(temporary, path)

@@ -62,3 +62,34 @@ def test_every_mistake_is_one_line_and_exit_2(tmp_path):
         done = omni(*args)
         assert done.returncode == 2 and expected in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_add_banks_the_media_of_the_items_reviewers_labelled_so_and_skips_what_is_banked(tmp_path):
+    from fixtures.inspection import write_split
+
+    review = tmp_path / "review"
+    labels = [json.loads(line) for line in write_split(review, "labels", 8, seed=3).read_text().splitlines()]
+    chosen = [record for record in labels if record["labels"]["label_visible"] is False]
+    assert 0 < len(chosen) < len(labels)
+    bank = tmp_path / "nameplate-missing.csv"
+    args = ("add", bank, "--from", review, "--where", "label_visible=false", "--action", "review",
+            "--label", "no-nameplate")
+    done = omni(*args)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["items"] == len(chosen) and summary["added"] == summary["media"] == 3 * len(chosen)
+    listed = json.loads(omni("check", bank).stdout)
+    assert listed["entries"] == 3 * len(chosen) and listed["actions"] == {"review": 3 * len(chosen)}
+    assert listed["hash_types"] == {"pdq": len(chosen), "sha256": 2 * len(chosen)}
+    # the banked photos are found again, by PDQ, from the review directory's own files
+    photo = review / chosen[0]["images"][0]
+    found = json.loads(omni("lookup", bank, "--image", photo).stdout)["matches"]
+    assert found and found[0]["label"] == "no-nameplate" and found[0]["distance"] == 0
+    again = json.loads(omni(*args).stdout)                                 # nothing twice
+    assert again["added"] == 0 and again["already_banked"] == 3 * len(chosen)
+    before = bank.read_bytes()
+    refused = omni(*args[:-1], "x" * 200)                                  # a label the bank cannot hold
+    assert refused.returncode == 2 and "--label: 1-128 characters, not 200" in refused.stderr
+    assert bank.read_bytes() == before                                    # the bank is left as it was
+    wrong = omni("add", bank, "--from", review, "--where", "colour=red", "--action", "act", "--label", "x")
+    assert wrong.returncode == 2 and "no item of" in wrong.stderr
