@@ -92,8 +92,8 @@ async def _run(config: LineConfig, quiet: bool) -> int:
     from api.line.runner import LineRunner
     from api.line.status_http import status_app, status_server
 
-    ledger = Ledger(config.ledger)
     sources, sinks = config.build_sources(), config.build_sinks()
+    ledger = Ledger(config.ledger, sinks=[sink.name for sink in sinks])   # delivered results are not held in memory
     decider, engine = await asyncio.to_thread(_decider, config, quiet)
     runner = LineRunner(line=config.name, decider=decider, ledger=ledger, sources=sources, sinks=sinks,
                         deadline_ms=config.deadline_ms, fallback=config.fallback,

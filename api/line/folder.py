@@ -24,7 +24,8 @@ files, `*.tmp`, `*.part`) are not part of the unit. Files are named relative to 
 `api.line.paths.unit_files` (no links, nothing outside the root). A unit that cannot be decided — a bad unit id, a
 link, no media, too many or too large files — is emitted with its `problem` (published as that unit's error, never
 skipped). At start the folder is scanned (units that became whole while the line was down are decided; the ledger
-skips the ones decided before); each unit is emitted once per run.
+skips the ones decided before); each unit is emitted once while it is in the folder (a unit removed and written
+again is offered again, and the ledger decides whether it is new).
 Knows nothing of the runner, the ledger, the model or any other transport.
 """
 from __future__ import annotations
@@ -161,7 +162,9 @@ class FolderSource:
 
     async def _scan(self, emit: Emit) -> None:
         self._counts["scans"] += 1
-        for unit_id in await asyncio.to_thread(self._unit_ids):
+        present = await asyncio.to_thread(self._unit_ids)
+        self._emitted &= set(present)      # a unit the cell cleared away is forgotten: memory stays bounded by the folder
+        for unit_id in present:
             if unit_id not in self._emitted:
                 await self._consider(unit_id, emit)
 

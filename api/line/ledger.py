@@ -10,7 +10,9 @@ Records (one JSON object a line, appended with O_APPEND):
 `decided` and `refused` records are fsynced before `record_*` returns (so before any sink is told); `published` and
 `late` records are flushed and fsynced in the same way (a lost `published` mark only means the unit is sent again,
 which the sinks' idempotency key absorbs). Opening the file reads it back: a torn last line (a crash mid-write) is cut
-off; `decided(unit_id)` and `unpublished(sinks)` say what a restart must skip and what it must send again.
+off; `is_decided(unit_id)` and `unpublished(sinks)` say what a restart must skip and what it must send again.
+Memory stays small on a line that runs for months: given the line's sinks (`Ledger(path, sinks)`, or
+`keep_results_for(sinks)` later), a decided unit every sink has acknowledged keeps only its id, not its result.
 Knows nothing of sources, transports, the model or the event loop (callers run it off the loop: it blocks on fsync).
 """
 from __future__ import annotations
@@ -40,16 +42,17 @@ def result_of(payload: dict[str, Any]) -> Result:
 
 @dataclass
 class _Entry:
-    result: Result
+    result: Result | None                           # None once every sink has it (the ledger file still does)
     final: bool                                     # decided (True) or refused (False)
     published: set[str] = field(default_factory=set)
 
 
 class Ledger:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, sinks: list[str] | None = None):
         self.path = Path(path)
         self._lock = threading.Lock()
         self._units: dict[str, _Entry] = {}
+        self._sinks: frozenset[str] | None = frozenset(sinks) if sinks is not None else None
         self.counts = dict.fromkeys(KINDS, 0)       # records read back and written, by kind
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._read_back()
@@ -91,22 +94,45 @@ class Ledger:
         elif kind == "published":
             if unit_id in self._units:
                 self._units[unit_id].published.add(record["sink"])
+                self._forget_if_delivered(self._units[unit_id])
         elif kind != "late":
             raise KeyError(f"kind {kind!r}")
         self.counts[kind] += 1
 
+    def keep_results_for(self, sinks: list[str]) -> None:
+        """From now on a decided unit's result is kept in memory only while one of `sinks` lacks it."""
+        with self._lock:
+            self._sinks = frozenset(sinks)
+            for entry in self._units.values():
+                self._forget_if_delivered(entry)
+
+    def _forget_if_delivered(self, entry: _Entry) -> None:
+        if self._sinks is not None and entry.final and self._sinks <= entry.published:
+            entry.result = None
+
     # ---- questions ----------------------------------------------------------------------------------------------
+    def is_decided(self, unit_id: str) -> bool:
+        """Whether the unit's fate is final (decided once: never again)."""
+        with self._lock:
+            entry = self._units.get(unit_id)
+            return entry is not None and entry.final
+
     def decided(self, unit_id: str) -> Result | None:
-        """The unit's result when it was decided (its fate is final), else None."""
+        """The decided unit's result while a sink still lacks it; None when it is not decided or every sink has it."""
         with self._lock:
             entry = self._units.get(unit_id)
             return entry.result if entry is not None and entry.final else None
 
+    def results_held(self) -> int:
+        """Results kept in memory (decided units some sink lacks, and refusals)."""
+        with self._lock:
+            return sum(entry.result is not None for entry in self._units.values())
+
     def unpublished(self, sinks: list[str]) -> list[tuple[Result, list[str]]]:
         """Each unit whose last result some of `sinks` have not acknowledged, with those sinks."""
         with self._lock:
-            return [(entry.result, missing) for entry in self._units.values()
-                    if (missing := [sink for sink in sinks if sink not in entry.published])]
+            return [(entry.result, missing) for entry in self._units.values() if entry.result is not None
+                    and (missing := [sink for sink in sinks if sink not in entry.published])]
 
     def missing_sinks(self, unit_id: str, sinks: list[str]) -> list[str]:
         with self._lock:
@@ -140,6 +166,7 @@ class Ledger:
             self._append({"kind": "published", "unit_id": unit_id, "sink": sink})
             if unit_id in self._units:
                 self._units[unit_id].published.add(sink)
+                self._forget_if_delivered(self._units[unit_id])
 
     def record_late(self, unit_id: str, body: dict[str, Any], latency_ms: float) -> None:
         with self._lock:

@@ -120,8 +120,8 @@ class MqttSource:
     def __init__(self, config: MqttSourceConfig, root: Path):
         self.config, self.root = config, root.resolve()
         self.name = f"mqtt:{config.broker.host}:{config.broker.port}/{config.topic}"
-        self.counts = {"connected": 0, "connects": 0, "reconnects": 0, "triggers": 0, "bad_triggers": 0,
-                       "refused": 0}
+        self.counts = {"connected": 0, "subscribed": 0, "connects": 0, "reconnects": 0, "triggers": 0,
+                       "bad_triggers": 0, "refused": 0}
 
     def stats(self) -> dict[str, float]:
         return dict(self.counts)
@@ -132,6 +132,7 @@ class MqttSource:
         client = self.config.broker.client(clean_session=False, manual_ack=True)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
+        client.on_subscribe = self._on_subscribe
 
         def on_message(_client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
             loop.call_soon_threadsafe(inbox.put_nowait, message)
@@ -158,10 +159,16 @@ class MqttSource:
         log.info("%s: connected; subscribing (QoS 1)", self.name)
         client.subscribe(self.config.topic, qos=1)
 
+    def _on_subscribe(self, _client: mqtt.Client, _userdata: Any, _mid: Any, reasons: Any, _properties: Any) -> None:
+        if any(reason.is_failure for reason in reasons):
+            log.warning("%s: the broker refused the subscription (%s)", self.name, reasons)
+            return
+        self.counts["subscribed"] = 1      # from here on the broker keeps this session's triggers
+
     def _on_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
         if self.counts["connected"]:
             log.warning("%s: disconnected (%s); reconnecting", self.name, reason)
-        self.counts["connected"] = 0
+        self.counts["connected"] = self.counts["subscribed"] = 0
 
     def _trigger(self, client: mqtt.Client, message: mqtt.MQTTMessage) -> Trigger:
         self.counts["triggers"] += 1

@@ -68,6 +68,7 @@ class LineRunner:
         for sink in self.sinks:
             self._sink_queues[sink.name] = asyncio.Queue()
             await sink.start()
+        await asyncio.to_thread(self.ledger.keep_results_for, names)
         for result, missing in await asyncio.to_thread(self.ledger.unpublished, names):
             self._send(result, missing)
         workers = [asyncio.create_task(self._work(), name=f"line-worker-{i}") for i in range(self.max_in_flight)]
@@ -123,11 +124,11 @@ class LineRunner:
         self.stats.units_in[trigger.source] += 1
         self.stats.source_lag_s[trigger.source] = round(max(0.0, time.time() - trigger.ready_wall_s), 6)
         unit_id = trigger.unit_id
-        decided = self.ledger.decided(unit_id)
-        if decided is not None:         # decided before (a restart, a redelivery): never again; resent if unacked
+        if self.ledger.is_decided(unit_id):     # decided before (a restart, a redelivery): never again; resent if unacked
             self.stats.duplicate_triggers += 1
             missing = self.ledger.missing_sinks(unit_id, list(self._sink_queues))
-            if missing:
+            decided = self.ledger.decided(unit_id)
+            if missing and decided is not None:
                 self._send(decided, missing)
             await _ack(trigger)
             return
@@ -185,12 +186,12 @@ class LineRunner:
             finally:
                 self.stats.in_flight -= 1
             if _settled(unit):              # the deadline won while it was decided: log the late answer, publish nothing over it
-                self.stats.late_answers += 1
                 latency_ms = (time.monotonic() - unit.received_s) * 1000
                 log.info("unit %s: late answer after %.0f ms (%s) logged, not published", unit.trigger.unit_id,
                          latency_ms, result.outcome)
                 await asyncio.to_thread(self.ledger.record_late, unit.trigger.unit_id,
                                         body or {"error": result.error}, latency_ms)
+                self.stats.late_answers += 1        # counted once the ledger has it
                 continue
             await self._settle(unit, result)
 

@@ -44,7 +44,8 @@ def status_app(runner: LineRunner) -> FastAPI:
     def status() -> JSONResponse:
         snapshot = runner.stats.snapshot(runner.sources, runner.sinks)
         return JSONResponse({**snapshot, "running": runner.running, "down": down_parts(runner),
-                             "ledger_decided": runner.ledger.decided_count()})
+                             "ledger_decided": runner.ledger.decided_count(),
+                             "ledger_results_held": runner.ledger.results_held()})
 
     return app
 

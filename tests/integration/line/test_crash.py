@@ -141,7 +141,7 @@ def wait_subscribed(status_port: int, line: subprocess.Popen, log: Path) -> None
         assert line.poll() is None, log.read_text()[-3000:]
         try:
             sources = httpx.get(f"http://127.0.0.1:{status_port}/status", timeout=2).json()["sources"]
-            if sources and all(source["connected"] for source in sources.values()):
+            if sources and all(source["subscribed"] for source in sources.values()):
                 return
         except httpx.TransportError:
             pass

@@ -120,7 +120,7 @@ def test_the_demo_line_from_a_folder_and_over_mqtt(tmp_path, mosquitto):
     log = tmp_path / "mqtt.log"
     line = omni("line", str(config), stdout=log.open("wb"), stderr=subprocess.STDOUT)
     # the broker keeps the line's triggers from its first subscription on (a persistent session): wait for it
-    wait_for(lambda: _up(status_port) and all(s["connected"] for s in httpx.get(
+    wait_for(lambda: _up(status_port) and all(s["subscribed"] for s in httpx.get(
         f"http://127.0.0.1:{status_port}/status", timeout=5).json()["sources"].values()), 240, line, log)
     plc = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="example-plc")
     plc.connect("127.0.0.1", mosquitto.port)

@@ -68,8 +68,7 @@ def run_source(source: MqttSource, act: Callable[[], None], count: int, ack: boo
 
     async def main() -> None:
         task = asyncio.create_task(source.run(emit))
-        await until(lambda: source.stats()["connected"] == 1)
-        await asyncio.sleep(0.2)                      # the SUBACK
+        await until(lambda: source.stats()["subscribed"] == 1)
         await asyncio.to_thread(act)
         await until(lambda: len(seen) >= count)
         await asyncio.sleep(0.3)                      # nothing more comes
@@ -134,11 +133,18 @@ class Subscriber:
         self.seen: list[tuple[str, dict]] = []
         self.lock = threading.Lock()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"test-sub-{time.monotonic_ns()}")
+        self.subscribed = threading.Event()          # set on each SUBACK: after a reconnect, wait for it
         self.client.on_connect = lambda c, *_: c.subscribe(topic, qos=1)
+        self.client.on_subscribe = lambda *_: self.subscribed.set()
         self.client.on_message = self._message
         self.client.connect("127.0.0.1", port)
         self.client.loop_start()
-        time.sleep(0.3)
+        assert self.subscribed.wait(30)
+
+    def reconnect(self) -> None:
+        self.subscribed.clear()
+        self.client.reconnect()
+        assert self.subscribed.wait(30)
 
     def _message(self, _client, _userdata, message) -> None:
         with self.lock:
@@ -166,15 +172,16 @@ def test_results_go_to_a_topic_per_line_and_outcome_and_the_sink_survives_a_brok
             await sink.send(result("4713", "pass"))
         await asyncio.to_thread(mosquitto.start)
         await until(lambda: sink.stats()["connected"] == 1, seconds=60)     # paho's backoff: 1 s, 2 s, ...
-        await asyncio.to_thread(subscriber.client.reconnect)
-        await asyncio.sleep(0.5)
+        await asyncio.to_thread(subscriber.reconnect)
         await sink.send(result("4713", "pass"))
         outcomes.update(sink.stats())
         await sink.close()
 
     try:
         asyncio_run(main())
-        time.sleep(0.5)
+        ends = time.monotonic() + 20                  # the broker's delivery to the subscriber, after the PUBACK
+        while len({payload["unit_id"] for _, payload in subscriber.seen}) < 3 and time.monotonic() < ends:
+            time.sleep(0.05)
     finally:
         subscriber.close()
     by_unit = {payload["unit_id"]: (topic, payload) for topic, payload in subscriber.seen}
@@ -192,9 +199,8 @@ def test_the_source_comes_back_after_the_broker_restarts(root, mosquitto):
     def act() -> None:
         mosquitto.restart()
         ends = time.monotonic() + 60
-        while source.stats()["connected"] != 1 and time.monotonic() < ends:
+        while source.stats()["subscribed"] != 1 and time.monotonic() < ends:
             time.sleep(0.05)
-        time.sleep(0.3)
         publish(mosquitto.port, "t3/ready", [json.dumps({"unit_id": "4712", "files": ["4712/unit.png"]})])
 
     seen = run_source(source, act, 1)

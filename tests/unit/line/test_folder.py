@@ -179,3 +179,20 @@ def test_a_mistake_in_the_folder_table_names_its_key(root, text, expected):
     with pytest.raises(LineError) as caught:
         source(root, text)
     assert expected in str(caught.value), str(caught.value)
+
+
+def test_a_unit_cleared_away_is_forgotten_and_offered_again_if_it_comes_back(root):
+    import shutil
+
+    unit(root / "4711", marker="READY")
+    folder = source(root, 'type = "folder"\nmarker = "READY"\nrescan_s = 0.2\n')
+    seen: list[Trigger] = []
+
+    async def act() -> None:
+        await asyncio.sleep(0.5)
+        shutil.rmtree(root / "4711")                     # the cell clears the unit away
+        await asyncio.sleep(0.6)                         # a rescan sees it gone
+        unit(root / "4711", marker="READY")              # and writes it again: offered again (the ledger decides)
+
+    watch(folder, act, lambda s: len(s) >= 2, seen=seen)
+    assert [t.unit_id for t in seen] == ["4711", "4711"]

@@ -232,3 +232,26 @@ def test_a_ledger_line_that_is_not_a_record_is_a_clear_error(tmp_path):
     with pytest.raises(LineError, match="line 1 is not a ledger record") as caught:
         Ledger(path)
     assert str(path) in str(caught.value)
+
+
+def test_a_result_every_sink_has_is_not_held_in_memory_and_a_new_sink_still_gets_it(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    ledger = Ledger(path, sinks=["a", "b"])
+    for unit_id in ("u1", "u2"):
+        ledger.record_decided(Result(line="l", unit_id=unit_id, outcome="pass", answers={"q": {"answer": True}},
+                                     x_outcome={"overall": "pass"}, latency_ms=1.0, decided_at="t", source="s"))
+    ledger.record_published("u1", "a")
+    assert ledger.results_held() == 2 and ledger.decided("u1") is not None
+    ledger.record_published("u1", "b")                       # every sink has u1: only its id stays
+    assert ledger.results_held() == 1 and ledger.decided("u1") is None and ledger.is_decided("u1")
+    assert ledger.missing_sinks("u1", ["a", "b"]) == [] and [r.unit_id for r, _ in ledger.unpublished(["a", "b"])] \
+        == ["u2"]
+    ledger.close()
+    again = Ledger(path, sinks=["a", "b"])                   # read back: the same, compacted as it reads
+    assert again.results_held() == 1 and again.is_decided("u1") and again.decided_count() == 2
+    again.close()
+    wider = Ledger(path)                                     # a line with a new sink "c": u1 is sent to it again
+    wider.keep_results_for(["a", "b", "c"])
+    assert sorted((r.unit_id, missing) for r, missing in wider.unpublished(["a", "b", "c"])) == \
+        [("u1", ["c"]), ("u2", ["a", "b", "c"])]
+    wider.close()
