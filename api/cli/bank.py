@@ -6,8 +6,8 @@
 prints one line per medium: its hashes and its matches, nearest first. `add` reads a review directory's labelled
 items (`labels.jsonl`, the reviewers' labels), keeps those whose label for QUESTION is ANSWER, and appends an entry
 per medium to BANK (created with its header when new): a photo by PDQ, a recording or video by sha256; a hash the
-bank already holds is skipped, a photo too flat for PDQ (quality below 50) is banked by sha256 instead. The bank file
-is checked again after the append. None loads a model. Knows nothing of the engine or HTTP.
+bank already holds is skipped, a photo too flat for PDQ (quality below 50) is banked by sha256 instead. Each new entry
+is checked before the bank is rewritten beside itself and moved over it. None loads a model. Knows nothing of the engine or HTTP.
 """
 from __future__ import annotations
 
@@ -146,17 +146,20 @@ def _add_problem(args: argparse.Namespace) -> str | None:
 
 
 def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
-    """The bank with `rows` appended, written beside it, read back as a bank (a bad --label is refused there, naming
-    the bank, and the bank is left as it was), then moved over it atomically."""
+    """The bank with `rows` appended: each new row checked as a bank entry first (the rows already there were read
+    and checked), written beside the bank and moved over it atomically, so a failed add leaves it as it was."""
     import csv
     import io
     import os
 
-    from omni.banks.entries import BankError, read_bank
+    from omni.banks.entries import parse_entry
 
     old = path.read_bytes() if path.exists() else b""
     if old and not old.endswith(b"\n"):
         old += b"\n"
+    first_line = old.count(b"\n") + (2 if not old and path.suffix.lower() == ".csv" else 1)
+    for offset, row in enumerate(rows):
+        parse_entry(row, path, first_line + offset)
     buffer = io.StringIO()
     if path.suffix.lower() == ".csv":
         writer = csv.DictWriter(buffer, fieldnames=list(fields), lineterminator="\n")
@@ -167,9 +170,4 @@ def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
         buffer.writelines(json.dumps(row) + "\n" for row in rows)
     temporary = path.with_name(f".{path.stem}.adding{path.suffix}")
     temporary.write_bytes(old + buffer.getvalue().encode("utf-8"))
-    try:
-        read_bank(temporary)
-    except BankError as exc:
-        temporary.unlink()
-        raise BankError(str(exc).replace(str(temporary), str(path))) from None
     os.replace(temporary, path)

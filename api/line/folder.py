@@ -190,7 +190,8 @@ class FolderSource:
         await emit(self._trigger(unit_id, look))
 
     def _trigger(self, unit_id: str, look: _Look) -> Trigger:
-        problem = unit_id_problem(unit_id) or look.problem
+        id_problem = unit_id_problem(unit_id)
+        problem = id_problem or look.problem
         files: tuple[Path, ...] = ()
         if problem is None:
             try:
@@ -206,7 +207,7 @@ class FolderSource:
         if problem is not None:
             self._counts["bad_units"] += 1
             files = ()
-        shown_id = unit_id if unit_id_problem(unit_id) is None else \
+        shown_id = unit_id if id_problem is None else \
             f"invalid-{hashlib.sha256(unit_id.encode('utf-8', 'replace')).hexdigest()[:12]}"
         return Trigger(unit_id=shown_id, files=files, source=self.name, ready_wall_s=look.changed_wall_s,
                        state=state if problem is None else None, problem=problem)

@@ -27,8 +27,8 @@ import asyncio
 import hashlib
 import json
 import logging
-import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -68,6 +68,32 @@ class Broker:
             client.username_pw_set(self.username, self.password)
         client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
         return client
+
+    def start(self, client: mqtt.Client, name: str, counts: dict[str, int],
+              on_up: Callable[[mqtt.Client], None] | None = None) -> None:
+        """Connect in paho's own thread, which reconnects with backoff; keep `counts` (connected, connects,
+        reconnects, refused; `subscribed` back to 0 when the connection goes) and log each change; `on_up` runs on
+        each accepted connection."""
+        def on_connect(client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
+            if reason.is_failure:
+                counts["refused"] += 1
+                log.warning("%s: the broker refused the connection (%s); trying again", name, reason)
+                return
+            counts["reconnects" if counts["connects"] else "connects"] += 1
+            counts["connected"] = 1
+            if on_up is not None:
+                on_up(client)
+
+        def on_disconnect(_client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
+            if counts["connected"]:
+                log.warning("%s: disconnected (%s); reconnecting", name, reason)
+            counts["connected"] = 0
+            if "subscribed" in counts:
+                counts["subscribed"] = 0
+
+        client.on_connect, client.on_disconnect = on_connect, on_disconnect
+        client.connect_async(self.host, self.port, self.keepalive_s)
+        client.loop_start()
 
 
 def _broker(reader: TableReader, table: dict[str, Any], where: str, default_id: str) -> Broker:
@@ -130,16 +156,13 @@ class MqttSource:
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[mqtt.MQTTMessage] = asyncio.Queue()
         client = self.config.broker.client(clean_session=False, manual_ack=True)
-        client.on_connect = self._on_connect
-        client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
 
         def on_message(_client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
             loop.call_soon_threadsafe(inbox.put_nowait, message)
 
         client.on_message = on_message
-        client.connect_async(self.config.broker.host, self.config.broker.port, self.config.broker.keepalive_s)
-        client.loop_start()                 # paho's thread: connects, and reconnects with backoff
+        self.config.broker.start(client, self.name, self.counts, on_up=self._subscribe)
         try:
             while True:
                 message = await inbox.get()
@@ -149,13 +172,7 @@ class MqttSource:
             client.disconnect()
             self.counts["connected"] = 0
 
-    def _on_connect(self, client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
-        if reason.is_failure:
-            self.counts["refused"] += 1
-            log.warning("%s: the broker refused the connection (%s); trying again", self.name, reason)
-            return
-        self.counts["reconnects" if self.counts["connects"] else "connects"] += 1
-        self.counts["connected"] = 1
+    def _subscribe(self, client: mqtt.Client) -> None:
         log.info("%s: connected; subscribing (QoS 1)", self.name)
         client.subscribe(self.config.topic, qos=1)
 
@@ -164,11 +181,6 @@ class MqttSource:
             log.warning("%s: the broker refused the subscription (%s)", self.name, reasons)
             return
         self.counts["subscribed"] = 1      # from here on the broker keeps this session's triggers
-
-    def _on_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
-        if self.counts["connected"]:
-            log.warning("%s: disconnected (%s); reconnecting", self.name, reason)
-        self.counts["connected"] = self.counts["subscribed"] = 0
 
     def _trigger(self, client: mqtt.Client, message: mqtt.MQTTMessage) -> Trigger:
         self.counts["triggers"] += 1
@@ -263,9 +275,8 @@ class MqttSink:
     def __init__(self, config: MqttSinkConfig, line: str):
         self.config, self.line = config, line
         self.name = f"mqtt:{config.broker.host}:{config.broker.port}/{config.topic_prefix}"
-        self.counts = {"connected": 0, "connects": 0, "reconnects": 0, "published": 0, "failed": 0}
+        self.counts = {"connected": 0, "connects": 0, "reconnects": 0, "refused": 0, "published": 0, "failed": 0}
         self._client: mqtt.Client | None = None
-        self._connected = threading.Event()
 
     def stats(self) -> dict[str, float]:
         return dict(self.counts)
@@ -275,15 +286,12 @@ class MqttSink:
 
     async def start(self) -> None:
         client = self.config.broker.client(clean_session=True, manual_ack=False)
-        client.on_connect = self._on_connect
-        client.on_disconnect = self._on_disconnect
-        client.connect_async(self.config.broker.host, self.config.broker.port, self.config.broker.keepalive_s)
-        client.loop_start()
+        self.config.broker.start(client, self.name, self.counts)
         self._client = client
 
     async def send(self, result: Result) -> None:
         client = self._client
-        if client is None or not self._connected.is_set():
+        if client is None or not self.counts["connected"]:
             self.counts["failed"] += 1
             raise SinkFailed(f"{self.name}: not connected to the broker")
         info = client.publish(self.topic(result), json.dumps(result.payload()), qos=1)
@@ -302,19 +310,4 @@ class MqttSink:
             self._client.loop_stop()
             self._client.disconnect()
             self._client = None
-        self._connected.clear()
-        self.counts["connected"] = 0
-
-    def _on_connect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
-        if reason.is_failure:
-            log.warning("%s: the broker refused the connection (%s); trying again", self.name, reason)
-            return
-        self.counts["reconnects" if self.counts["connects"] else "connects"] += 1
-        self.counts["connected"] = 1
-        self._connected.set()
-
-    def _on_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _properties: Any) -> None:
-        if self._connected.is_set():
-            log.warning("%s: disconnected (%s); reconnecting", self.name, reason)
-        self._connected.clear()
         self.counts["connected"] = 0

@@ -85,7 +85,7 @@ def read_bank(path: str | Path) -> BankFile:
     entries: list[BankEntry] = []
     seen: dict[tuple[str, str], int] = {}
     for line, row in rows:
-        entry = _entry(row, path, line)
+        entry = parse_entry(row, path, line)
         key = (entry.hash_type, entry.hash)
         if key in seen:
             raise BankError(f"{path}: line {line}: hash: {entry.hash_type} {entry.hash[:16]}… is already on line "
@@ -125,7 +125,8 @@ def _jsonl_rows(text: str, path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _entry(row: dict[str, Any], path: Path, line: int) -> BankEntry:
+def parse_entry(row: dict[str, Any], path: Path, line: int) -> BankEntry:
+    """One entry checked; BankError naming `path`, `line` and the field."""
     def field(name: str) -> str:
         value = row.get(name)
         if not isinstance(value, str) or not value.strip():

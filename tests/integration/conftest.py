@@ -5,8 +5,6 @@ Everything is built in-process; no network.
 """
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from preprocess.align import PlaceholderIds
@@ -58,24 +56,10 @@ def token_ids() -> PlaceholderIds:
 @pytest.fixture(scope="session")
 def bounded():
     """bounded(fn, *args, seconds=20) -> fn's result; fails the test (instead of hanging) past `seconds`."""
+    from tests.threads import in_thread
 
     def run(fn, *args, seconds: float = 20.0, **kwargs):
-        box: dict = {}
-
-        def target():
-            try:
-                box["result"] = fn(*args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 (re-raised in the test thread)
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        thread.join(seconds)
-        if thread.is_alive():
-            pytest.fail(f"{getattr(fn, '__name__', fn)} still running after {seconds} s")
-        if "error" in box:
-            raise box["error"]
-        return box["result"]
+        return in_thread(fn, *args, seconds=seconds, **kwargs)
 
     return run
 
