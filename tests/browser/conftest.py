@@ -47,7 +47,9 @@ def open_page(browser, request, width: int = 1280, height: int = 900, reviewer: 
     none kept, as on a reviewer's first visit."""
     context = browser.new_context(viewport={"width": width, "height": height}, **options)
     if reviewer is not None:
-        context.add_init_script(f"if (!localStorage.getItem('omni.reviewer')) localStorage.setItem('omni.reviewer', {reviewer!r});")
+        context.add_init_script(    # on the workbench's pages only: about:blank has no storage to read
+            f"if (location.protocol.startsWith('http') && !localStorage.getItem('omni.reviewer')) "
+            f"localStorage.setItem('omni.reviewer', {reviewer!r});")
     page = context.new_page()
     page.set_default_timeout(60_000)
     errors: list[str] = []

@@ -49,6 +49,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+GCS_PORT_WAIT_S = "120"    # Ray's own default is 30 s; a loaded CI machine (an image build beside) can take longer
+
+
+def start_ray(ray, tries: int = 2) -> None:
+    """`ray.init` for a test module, patient with a busy machine: Ray waits up to RAY_gcs_server_port_wait_time_s
+    for its GCS server to say its port (set to 120 s here unless the caller set it), and a start that still times
+    out is shut down and tried once more. A Ray that cannot start in either try fails the module's tests."""
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(num_cpus=4, include_dashboard=False, namespace="omni-tests", log_to_driver=False)
+            return
+        except RuntimeError:
+            ray.shutdown()
+            if attempt == tries:
+                raise
+
+
 @pytest.fixture(scope="module")
 def ray_instance():
     """A local Ray instance for one module: 4 logical CPUs (two replicas, room for a third while one restarts)."""
@@ -56,7 +74,7 @@ def ray_instance():
     import ray
     from ray import serve
 
-    ray.init(num_cpus=4, include_dashboard=False, namespace="omni-tests", log_to_driver=False)
+    start_ray(ray)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:

@@ -141,9 +141,12 @@ def test_photos_of_one_request_decode_side_by_side(encoder, monkeypatch):
 
     seen = set()
     original = image_module.decode_image
+    side_by_side = threading.Barrier(2, timeout=30)    # two decodes must be under way at once to pass it
 
     def noting(item, limits):
         seen.add(threading.current_thread().name)
+        if encoder.threads.total > 1:
+            side_by_side.wait()   # a serial decode never finds a partner: BrokenBarrierError fails the test
         return original(item, limits)
 
     monkeypatch.setattr("preprocess.decode.decode_image", noting)
