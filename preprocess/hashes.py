@@ -17,6 +17,7 @@ import pdqhash
 
 from preprocess.image import decode_image
 from preprocess.item import MediaItem
+from preprocess.media import MediaLimits
 
 
 @dataclass(frozen=True)
@@ -35,5 +36,6 @@ def pdq_of_pixels(pixels: np.ndarray) -> PdqHash:
     return PdqHash(hex=packed.tobytes().hex(), quality=int(quality))
 
 
-def pdq_of_image(item: MediaItem) -> PdqHash:
-    return pdq_of_pixels(decode_image(item).pixels)
+def pdq_of_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> PdqHash:
+    """Decoded under `limits` (bytes, pixels), as the request's own decoding would be."""
+    return pdq_of_pixels(decode_image(item, limits).pixels)

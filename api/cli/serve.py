@@ -16,6 +16,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 import time
 import typing
 from collections.abc import Callable, Mapping
@@ -37,7 +38,10 @@ _NOT_FLAGS = {"model", "host", "port", "api_keys", *FLAG_NAMES}
 _DEFAULT_NOTES = {"torch_threads": " (sized when the model loads: the CPUs this process may use, less "
                                    "--decode-threads, at least 1; the startup log names the count)",
                   "quantize": " (as the checkpoint is stored); none, int8, fp8, nf4 or int4 (CUDA only): the text "
-                              "layers quantized while loading (docs/quantization.md)"}
+                              "layers quantized while loading (docs/quantization.md)",
+                  "bank": " (none); a hash bank file (CSV/JSONL), repeatable: media matched before the model, "
+                          "reloaded on SIGHUP (docs/banks.md)",
+                  "bank_pdq_threshold": " (31 bits for every bank); BANK=BITS, 0..63, repeatable"}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -195,20 +199,39 @@ def _draining_server(config: uvicorn.Config, svc: ServiceState, drain_s: float) 
 
 def _reload_on_sighup(svc: ServiceState) -> None:
     """SIGHUP reads the policy file again (atomically; a file that no longer reads keeps the policy in force and
-    logs why) and rescans `--adapters DIR` in a thread of its own (loading weights never blocks the event loop; the
+    logs why), reads the `--bank` files again and rescans `--adapters DIR`, each in a thread of its own (loading weights never blocks the event loop; the
     report is logged). Without either SIGHUP is logged and ignored, instead of ending the process."""
     def reload(sig: int, frame: FrameType | None) -> None:
         from api.http.adapters import rescan_in_background
 
         rescanning = rescan_in_background(svc)
+        banks = _reload_banks_in_background(svc)
         try:
-            if svc.reload_policy() is None and rescanning is None:
-                log.info("SIGHUP: no policy to reload (--policy FILE) and no adapters folder to rescan (--adapters)")
+            if svc.reload_policy() is None and rescanning is None and banks is None:
+                log.info("SIGHUP: no policy to reload (--policy FILE), no adapters folder to rescan (--adapters) "
+                         "and no banks to read again (--bank)")
         except OmniError as exc:
             log.error("SIGHUP: the policy was not reloaded, the one in force stays: %s", exc)
 
     if hasattr(signal, "SIGHUP"):        # not on Windows
         signal.signal(signal.SIGHUP, reload)
+
+
+def _reload_banks_in_background(svc: ServiceState) -> threading.Thread | None:
+    """The bank files read again in a thread of its own (a million entries take seconds to index; a signal handler
+    must not hold the event loop that long); a file that no longer reads keeps the banks in force and logs why."""
+    if svc.banks is None:
+        return None
+
+    def reload() -> None:
+        try:
+            svc.reload_banks()
+        except OmniError as exc:
+            log.error("SIGHUP: the banks were not reloaded, those in force stay: %s", exc)
+
+    thread = threading.Thread(target=reload, name="bank-reload", daemon=True)
+    thread.start()
+    return thread
 
 
 def _settle_heap() -> None:

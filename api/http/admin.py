@@ -1,5 +1,8 @@
 """Admin routes: the policy in force (`GET /v1/admin/policy`) and its reload without a restart
-(`POST /v1/admin/policy/reload`, the same as sending the process SIGHUP). Admin role only (api/http/identity.py). A policy file that no longer reads is a 422 naming the key and line, and the current policy stays.
+(`POST /v1/admin/policy/reload`, the same as sending the process SIGHUP); the hash banks in force
+(`GET /v1/admin/banks`) and their reload (`POST /v1/admin/banks/reload`, SIGHUP too). Admin role only
+(api/http/identity.py). A policy file that no longer reads is a 422 naming the key and line, a bank file one naming
+the file, line and field; what was in force stays.
 Knows nothing of the model, the engine's internals or the environment.
 """
 from __future__ import annotations
@@ -41,3 +44,27 @@ async def reload_policy(request: Request) -> JSONResponse:
     if policy is None or svc.policy is None:
         raise HTTPException(404, NO_POLICY)
     return JSONResponse(describe(policy, svc.policy.reloads))
+
+
+NO_BANKS = "this server runs without hash banks (start it with --bank FILE)"
+
+
+@router.get("/banks", summary="The hash banks in force: name, version, entries and PDQ threshold of each",
+            response_model=None, responses=schemas.ADMIN_RESPONSES)
+async def banks_in_force(request: Request) -> JSONResponse:
+    svc = service(request)
+    if svc.banks is None:
+        raise HTTPException(404, NO_BANKS)
+    return JSONResponse({"banks": svc.banks.described(), "reloads": svc.banks.reloads})
+
+
+@router.post("/banks/reload", summary="Read the bank files again, all or nothing (as SIGHUP does)",
+             response_model=None, responses=schemas.ADMIN_RESPONSES)
+async def reload_banks(request: Request) -> JSONResponse:
+    svc = service(request)
+    if svc.banks is None:
+        raise HTTPException(404, NO_BANKS)
+    from anyio import to_thread
+
+    described = await to_thread.run_sync(svc.reload_banks)   # a million entries take seconds to index
+    return JSONResponse({"banks": described, "reloads": svc.banks.reloads})

@@ -35,7 +35,7 @@ from api.http.metrics import Metrics
 from api.http.review import report_dirs
 from api.http.review import router as review_router
 from api.http.routes import router
-from api.http.settings import Settings
+from api.http.settings import Settings, bank_pdq_thresholds
 from api.http.ui import router as ui_router
 from omni.contract.avrik import AVRIK_CLIENT_AGENT
 from omni.serve.surface import ServingEngine
@@ -43,6 +43,7 @@ from preprocess.media import MiB
 
 if TYPE_CHECKING:
     from api.http.webhooks import WebhookSender
+    from omni.banks.shelf import BankShelf
     from omni.contract.policy import PolicySource
     from omni.review.queues import ReviewQueues
     from omni.serve.decision_log import DecisionLog
@@ -64,10 +65,11 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
         from omni.serve.engine import DecisionEngine  # lazily: importing api.http.app never loads torch by itself
         engine = DecisionEngine(settings.engine)
     policy = _policy(settings)                      # PolicyError (naming key and line) before anything starts
+    banks = _banks(settings)                        # BankError (naming file, line and field) likewise
     webhooks = _webhooks(settings)                  # WebhookError when the receiver cannot be reached
     svc = ServiceState(settings=settings, engine=engine, metrics=Metrics(), review=_review(settings, policy),
                        reports=report_dirs(settings.review_reports), decision_log=_decision_log(settings),
-                       policy=policy, webhooks=webhooks)
+                       policy=policy, webhooks=webhooks, banks=banks)
     svc.guidelines = Guidelines.load(settings, svc.review)   # SettingsError when a QUEUE= names no queue
     if svc.decision_log is not None:
         svc.metrics.watch_decision_log(svc.decision_log)
@@ -75,6 +77,8 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
         svc.metrics.set_policy(policy.current)
     if webhooks is not None:
         svc.metrics.watch_webhooks(webhooks)
+    if banks is not None:
+        svc.metrics.set_banks(banks.described())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,6 +135,23 @@ def _review(settings: Settings, policy: PolicySource | None = None) -> ReviewQue
     return ReviewQueues(ReviewDir(settings.review_dir, k=settings.review_k), list(settings.review_batches),
                         settings.engine, policy=(lambda: policy.current) if policy is not None else None,
                         max_comment_chars=settings.review_max_comment_chars)
+
+
+def _banks(settings: Settings) -> BankShelf | None:
+    """The hash banks with --bank, read and indexed (BankError naming the file, line and field), else None."""
+    if not settings.bank:
+        return None
+    from omni.banks.entries import BankError
+    try:   # lazily: faiss and pdqhash (the [banks] extra) only when banks are given
+        from omni.banks.shelf import BankShelf
+    except ImportError as exc:
+        raise BankError(f"--bank needs the [banks] extra (pdqhash, faiss-cpu): pip install 'omni-decide[banks]' "
+                        f"({exc})") from None
+    shelf = BankShelf(settings.bank, bank_pdq_thresholds(settings.bank_pdq_threshold))
+    for bank in shelf.described():
+        log.info("bank %r: %d entries, version %s, PDQ threshold %d bits, from %s", bank["name"], bank["entries"],
+                 bank["version"], bank["pdq_threshold"], bank["path"])
+    return shelf
 
 
 def _policy(settings: Settings) -> PolicySource | None:

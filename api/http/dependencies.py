@@ -37,6 +37,7 @@ from omni.serve.surface import ServingEngine
 if TYPE_CHECKING:
     from api.http.guidelines import Guidelines
     from api.http.webhooks import WebhookSender
+    from omni.banks.shelf import BankShelf
     from omni.review.queues import ReviewQueues
     from omni.serve.decision_log import DecisionLog
 
@@ -59,6 +60,7 @@ class ServiceState:
     policy: PolicySource | None = None   # with --policy: answers -> act / review / pass (swapped whole on reload)
     webhooks: WebhookSender | None = None   # with --webhook: decisions whose outcome is named are POSTed, signed
     guidelines: Guidelines | None = None     # with --review-guidelines: the queues' guidelines, rendered at start
+    banks: BankShelf | None = None           # with --bank: media matched before the model (swapped whole on reload)
     _keyring: tuple[tuple[str, ...], KeyRing] | None = dataclasses.field(default=None, repr=False)
 
     def keyring(self) -> KeyRing:
@@ -95,6 +97,22 @@ class ServiceState:
         self.metrics.set_policy(policy, reloaded=True)
         log.info("policy reloaded: version %r, sha256 %s", policy.version, policy.sha256)
         return policy
+
+    def reload_banks(self) -> list[dict] | None:
+        """Read the bank files again (SIGHUP, the admin route), all or nothing; BankError keeps the banks in force.
+        None: no banks."""
+        if self.banks is None:
+            return None
+        try:
+            self.banks.reload()
+        except Exception:
+            self.metrics.set_banks([], reloaded=False)
+            raise
+        described = self.banks.described()
+        self.metrics.set_banks(described, reloaded=True)
+        log.info("banks reloaded: %s", ", ".join(f"{b['name']} ({b['entries']} entries, {b['version'][:12]})"
+                                                 for b in described))
+        return described
 
     def begin_drain(self) -> None:
         if self.drain_started is None:

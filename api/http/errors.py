@@ -30,6 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from omni.banks.entries import BankError
 from omni.contract.errors import (
     AdapterBusy,
     AdapterError,
@@ -125,6 +126,7 @@ TABLE: dict[type[Exception], Rule] = {
     AdapterError: Rule(400, "adapter_error", 5006),
     AdapterBusy: Rule(409, "conflict", 5012),         # unload while requests (or a shadow pair) hold the adapter
     PolicyError: Rule(422, "policy_error", 5012),     # the operator's policy file no longer reads (a reload)
+    BankError: Rule(422, "bank_error", 5012),         # a bank file no longer reads (a reload)
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
     NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),
     Draining: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5", "Connection": "close"}),

@@ -10,7 +10,7 @@ Knows nothing of FastAPI routes or the model beyond the Decision fields it reads
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -22,6 +22,9 @@ from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
 from omni.serve.decision_log import DecisionLog, DecisionLogStats
 from omni.serve.surface import LongPrefillStats, ServingEngine
+
+if TYPE_CHECKING:
+    from omni.banks.matching import Verdict  # the [banks] extra: imported only where banks are given
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
@@ -67,6 +70,16 @@ class Metrics:
                                     ["question"], buckets=CONFIDENCE_BUCKETS, registry=r)
         self.policy_info = Gauge("omni_policy_info", "the policy in force", ["version", "sha256"], registry=r)
         self.policy_reloads = Counter("omni_policy_reloads", "policy reloads by result", ["result"], registry=r)
+        self.bank_lookups = Counter("omni_bank_lookups", "requests whose media were looked up in the hash banks",
+                                    registry=r)
+        self.bank_matches = Counter("omni_bank_matches", "requests a bank entry matched, by the bank shown, its "
+                                    "action and whether it answered without the model", ["bank", "action", "decided"],
+                                    registry=r)
+        self.bank_hash_failures = Counter("omni_bank_hash_failures", "media whose perceptual hash could not be "
+                                          "computed (the model answered as always)", ["slot"], registry=r)
+        self.bank_entries = Gauge("omni_bank_entries", "entries of each bank in force", ["bank", "version"],
+                                  registry=r)
+        self.bank_reloads = Counter("omni_bank_reloads", "bank reloads by result", ["result"], registry=r)
         self._batcher = _BatcherCollector()
         r.register(self._batcher)
         self._caches = _CacheCollector()
@@ -112,6 +125,24 @@ class Metrics:
         if policy is not None:
             self.policy_info.clear()
             self.policy_info.labels(policy.version, policy.sha256).set(1)
+
+    def observe_banks(self, verdict: Verdict) -> None:
+        """One request's lookup: counted, its shown match by bank and action, media that could not be hashed."""
+        self.bank_lookups.inc()
+        if verdict.shown is not None:
+            self.bank_matches.labels(verdict.shown.match.bank, verdict.shown.match.entry.action,
+                                     str(verdict.decides).lower()).inc()
+        for medium in verdict.hash_failures:
+            self.bank_hash_failures.labels(medium.partition("[")[0]).inc()
+
+    def set_banks(self, described: list[dict], reloaded: bool | None = None) -> None:
+        """The banks in force (`reloaded`: True/False counts a reload that worked or failed)."""
+        if reloaded is not None:
+            self.bank_reloads.labels("ok" if reloaded else "error").inc()
+        if reloaded is not False:
+            self.bank_entries.clear()
+            for bank in described:
+                self.bank_entries.labels(bank["name"], bank["version"]).set(bank["entries"])
 
     def set_model(self, name: str, tiny_default: bool) -> None:
         self.model_info.clear()

@@ -2,6 +2,7 @@
 
 The decision route: auth -> readiness -> capped body read -> (thread pool) decompress and split the body into JSON
 plus named parts (`api/http/transport.py`), `parse_request` (the one wire parser, which also checks the model name)
+-> with `--bank`, the media's hashes looked up (docs/banks.md: a match that decides answers here, without the model)
 -> `engine.submit` (admission, decode pool, micro-batcher) awaited with the request's deadline -> System One JSON +
 Server-Timing. `decide` is that whole path, so another wire envelope is a thin route around it (see
 `api/http/cloudflare.py`). Errors are raised, never caught here: `api/http/errors.py` maps them. Who may call is
@@ -45,7 +46,10 @@ from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 
 if TYPE_CHECKING:
+    from omni.banks.matching import BankSet, Verdict
     from omni.review.queues import ReviewQueues
+
+    LookedUp = tuple[BankSet, Verdict]
 
 log = logging.getLogger("omni.api")
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
@@ -98,6 +102,8 @@ def webhook_payload(decision: Decision, wire: JSONObject, audit: JSONObject | No
                            "decided_at": decision.audit.decided_at if decision.audit is not None else None,
                            "outcome": outcome.get("overall") if isinstance(outcome, dict) else None,
                            "model": wire.get("model"), "answers": wire.get("answers"), "x_outcome": outcome}
+    if "x_match" in wire:
+        payload["x_match"] = wire["x_match"]
     if audit is not None:
         payload["audit"] = audit
     return payload
@@ -135,13 +141,40 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     t_parse = time.monotonic()
     prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body, audit)
     if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
-        decision_request = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
+        decision_request, looked_up = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
     else:
-        decision_request = await anyio.to_thread.run_sync(_prepare, *prepare_args, limiter=svc.parse_limiter)
-    parse_s = time.monotonic() - t_parse
+        decision_request, looked_up = await anyio.to_thread.run_sync(_prepare, *prepare_args,
+                                                                     limiter=svc.parse_limiter)
+    parse_s = time.monotonic() - t_parse - (looked_up[1].lookup_ms / 1000 if looked_up is not None else 0.0)
     svc.metrics.observe_parse(parse_s)
     request.state.decision_request = decision_request
+    if looked_up is not None:
+        svc.metrics.observe_banks(looked_up[1])
+    if looked_up is not None and looked_up[1].decides:     # a bank answers: no forward pass
+        from omni.banks.decisions import answered_by_bank
 
+        decision = answered_by_bank(decision_request, looked_up[1], svc.settings.engine.served_name,
+                                    looked_up[0].named())
+    else:
+        decision = await _forwarded(svc, decision_request, arrived)
+        if looked_up is not None:                          # the match rides along; the audit names the banks
+            from omni.banks.decisions import with_match
+
+            decision = with_match(decision, looked_up[1], looked_up[0].named())
+    policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
+    decision = shown_evidence(with_outcome(decision, decision_request, policy), decision_request)
+    svc.metrics.observe_decision(decision)
+    if decision.outcome is not None and policy is not None:
+        svc.metrics.observe_outcome(decision.outcome, policy)
+    timings = {"parse": parse_s * 1000, **decision.timings_ms, "total": (time.monotonic() - arrived) * 1000}
+    entries = [f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items()]
+    # a cache hit skips stages: media (sniff, decode, encode) or the prefix's prefill
+    entries += [f'{name}-cache;desc="{outcome}"' for name, outcome in decision.cache.items()]
+    return decision, ", ".join(entries)
+
+
+async def _forwarded(svc: ServiceState, decision_request: DecisionRequest, arrived: float) -> Decision:
+    """The engine's decision, awaited within what is left of the request's deadline."""
     remaining_s = svc.settings.engine.request_timeout_s - (time.monotonic() - arrived)
     if remaining_s <= 0:
         raise DeadlineExceeded("the request outlived its deadline while its body was read")
@@ -154,16 +187,7 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
         raise DeadlineExceeded(f"no answer within {svc.settings.engine.request_timeout_s:g} s") from None
     finally:
         svc.metrics.inflight.dec()
-    policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
-    decision = shown_evidence(with_outcome(decision, decision_request, policy), decision_request)
-    svc.metrics.observe_decision(decision)
-    if decision.outcome is not None and policy is not None:
-        svc.metrics.observe_outcome(decision.outcome, policy)
-    timings = {"parse": parse_s * 1000, **decision.timings_ms, "total": (time.monotonic() - arrived) * 1000}
-    entries = [f"{name.removesuffix('_ms')};dur={ms:.2f}" for name, ms in timings.items()]
-    # a cache hit skips stages: media (sniff, decode, encode) or the prefix's prefill
-    entries += [f'{name}-cache;desc="{outcome}"' for name, outcome in decision.cache.items()]
-    return decision, ", ".join(entries)
+    return decision
 
 
 def explained(svc: ServiceState, decision_request: DecisionRequest) -> DecisionRequest:
@@ -208,13 +232,19 @@ async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> by
 
 
 def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
-             adapt_body: Callable[[Any], Any] | None, audit: bool) -> DecisionRequest:
-    """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64) stays off the event loop."""
+             adapt_body: Callable[[Any], Any] | None, audit: bool) -> tuple[DecisionRequest, LookedUp | None]:
+    """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64, the media's hashes) stays off the
+    event loop. With banks in force and media sent: the banks consulted and what they found."""
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
     wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
     body = wire.body if adapt_body is None else adapt_body(wire.body)
     decision_request = parse_request(body, svc.settings.engine, wire.parts, adapters=adapter_names(svc.engine, svc.settings.engine))
-    return dataclasses.replace(decision_request, request_id=request_id, audit=decision_request.audit or audit)
+    decision_request = dataclasses.replace(decision_request, request_id=request_id,
+                                           audit=decision_request.audit or audit)
+    if svc.banks is None or not decision_request.media:
+        return decision_request, None
+    banks = svc.banks.current                    # taken once: a reload mid-request does not mix two sets
+    return decision_request, (banks, banks.consult(decision_request.media, svc.settings.engine.media))
 
 
 @router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,

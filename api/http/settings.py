@@ -20,6 +20,7 @@ from typing import Any
 
 from api.http.identity import parse_key_entry
 from api.http.settings_lists import SettingsError, check_adapters, coerce_list
+from omni.banks.entries import MAX_PDQ_THRESHOLD
 from omni.contract.config import EngineConfig
 from preprocess.media import MediaLimits, MiB
 
@@ -66,6 +67,9 @@ class Settings:
     retain_days: float | None = None         # segments older than this, and media no kept record names, are pruned
     # policies (docs/policies.md): answers -> act / review / pass, and who hears of them
     policy: str | None = None                # a policy TOML file; None = no outcomes. Reloaded on SIGHUP or the route
+    # hash banks (docs/banks.md): media matched before the model; reloaded on SIGHUP or the admin route
+    bank: tuple[str, ...] = ()               # bank files (CSV/JSONL), consulted in this order
+    bank_pdq_threshold: tuple[str, ...] = ()   # `BANK=BITS`: a bank's PDQ threshold (0..63; default 31)
     webhook: str | None = None               # POST each decision whose outcome is in webhook_on to this URL
     webhook_secret: str | None = field(default=None, repr=False)   # HMAC-SHA256 key of X-Omni-Signature
     webhook_on: tuple[str, ...] = ("act", "review")   # the overall outcomes that are sent
@@ -285,6 +289,7 @@ def _check(s: Settings) -> None:
     _check_review(s)
     _check_decision_log(s)
     _check_policy(s)
+    bank_pdq_thresholds(s.bank_pdq_threshold)
     _check_cluster(s)
     check_adapters(s.engine)
 
@@ -336,6 +341,19 @@ def _read_secret_file(path: str, source: str) -> str:
 
 WEBHOOK_OUTCOMES = ("act", "review", "pass")
 MIN_WEBHOOK_SECRET_CHARS = 16
+
+
+def bank_pdq_thresholds(entries: tuple[str, ...]) -> dict[str, int]:
+    """`BANK=BITS` entries -> {bank: bits}; SettingsError naming the entry when it is not that (the banks themselves
+    are read when the app is built: a threshold for a bank not given is refused there)."""
+    out: dict[str, int] = {}
+    for entry in entries:
+        name, sep, bits = entry.partition("=")
+        if not sep or not name.strip() or not bits.strip().isdigit() or not 0 <= int(bits) <= MAX_PDQ_THRESHOLD:
+            raise SettingsError(f"bank_pdq_threshold {entry!r}: give BANK=BITS, BITS 0..{MAX_PDQ_THRESHOLD} "
+                                f"(BANK: the bank file's stem)")
+        out[name.strip()] = int(bits)
+    return out
 
 
 def _check_policy(s: Settings) -> None:

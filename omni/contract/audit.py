@@ -11,6 +11,10 @@ files and review records. `to_wire()` is its JSON form (`AUDIT_FORMAT`); `audit_
     runtime      omni-decide version (git commit when known), torch / transformers / PyAV / FFmpeg versions, device,
                  dtypes, the batch size of the forward it ran in, chunked or not, cache outcomes
     request_id, decided_at (UTC, ISO 8601), policy_sha256 (None until a policy applies)
+    banks, match (only with hash banks in force): the banks consulted, each {name, version}; the entry a medium
+                 matched, as `x_match`. A decision a bank answered without the model has no forward to describe:
+                 its model part names the served model only (sha256 ""), its prompt template is "none", its
+                 runtime batch size 0 and its probabilities None (docs/banks.md)
     probabilities  question id -> option id -> the probability the answers were made from, unrounded (the head's
                  float32 after calibration, options in request order): what `omni replay` compares to 1e-5, which
                  the response's rounded values could not show
@@ -111,9 +115,16 @@ class AuditRecord:
     decided_at: str                    # UTC, ISO 8601 with microseconds and "Z"
     policy_sha256: str | None = None
     probabilities: dict[str, dict[str, float]] | None = None   # unrounded; None where the engine had none to give
+    banks: tuple[JSONObject, ...] | None = None   # the hash banks consulted (name, version); None: none in force
+    match: JSONObject | None = None    # the bank entry a medium matched (`x_match`), whether or not it decided
 
     def to_wire(self) -> JSONObject:
         wire: dict[str, Any] = {"format": AUDIT_FORMAT, **asdict(self)}
+        for key in ("banks", "match"):           # without banks the record reads as it did before them
+            if wire[key] is None:
+                del wire[key]
+        if self.banks is not None:
+            wire["banks"] = [dict(bank) for bank in self.banks]
         wire["media"] = [asdict(m) for m in self.media]
         if self.model.adapter is None:          # the base answered: the record reads as it did before adapters
             del wire["model"]["adapter"]
@@ -135,6 +146,7 @@ def audit_from_wire(wire: JSONObject) -> AuditRecord:
             media=tuple(MediaAudit(**m) for m in wire["media"]),
             runtime=RuntimeAudit(**wire["runtime"]),
             request_id=wire["request_id"], decided_at=wire["decided_at"], policy_sha256=wire.get("policy_sha256"),
-            probabilities=wire.get("probabilities"))
+            probabilities=wire.get("probabilities"),
+            banks=tuple(wire["banks"]) if isinstance(wire.get("banks"), list) else None, match=wire.get("match"))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed audit record: {exc}") from None

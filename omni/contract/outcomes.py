@@ -8,7 +8,8 @@ confidence is below the bar (or the bar is 1.0: everything to review), else `act
 `pass`. A question whose rule cannot fit it (another type, an answer the rule's options lack) is sent to review with
 the reason, never refused: the policy is the server's, the request is valid. Overall: `act` if any question acts, else
 `review` if any is under review, else `pass`; questions the policy does not name (and no `[default]`) get no outcome.
-`with_outcome` puts it on a Decision (and the policy's sha256 in its audit record); `final_outcome` is a reviewed
+`with_outcome` puts it on a Decision (and the policy's sha256 in its audit record) — a decision a hash bank answered
+without the model takes its match's action instead (`x_outcome.by = "bank"`); `final_outcome` is a reviewed
 decision's outcome once a reviewer labelled it. Knows nothing of HTTP, torch, the model or files.
 """
 from __future__ import annotations
@@ -30,7 +31,14 @@ def modalities_of_slots(slots: Iterable[str]) -> frozenset[str]:
 
 
 def with_outcome(decision: Decision, request: DecisionRequest, policy: Policy | None) -> Decision:
-    """The decision with its outcome under `policy` (None: as it is), and its audit record naming the policy."""
+    """The decision with its outcome under `policy` (None: as it is), and its audit record naming the policy. A
+    decision a hash bank answered (no forward) has its match's action as its outcome, with or without a policy."""
+    if decision.answered_by_bank and decision.match is not None:
+        outcome = Outcome(str(decision.match["action"]), {}, policy.version if policy else None,
+                          policy.sha256 if policy else None, match=decision.match)
+        audit = (dataclasses.replace(decision.audit, policy_sha256=policy.sha256)
+                 if decision.audit is not None and policy is not None else decision.audit)
+        return dataclasses.replace(decision, outcome=outcome, audit=audit)
     if policy is None:
         return decision
     outcome = decide_outcome(policy, decision.answers, modalities_of_slots(item.slot for item in request.media))

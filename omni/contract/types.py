@@ -128,15 +128,25 @@ class QuestionOutcome:
 class Outcome:
     overall: str
     questions: dict[str, QuestionOutcome]
-    policy_version: str
-    policy_sha256: str
+    policy_version: str | None                # None: no policy in force (a bank's outcome without one)
+    policy_sha256: str | None
+    match: JSONObject | None = None           # a bank match that decided it without the model (`x_match`)
 
     def to_wire(self) -> JSONObject:
-        return {"overall": self.overall, "questions": {qid: q.to_wire() for qid, q in self.questions.items()},
-                "policy": {"version": self.policy_version, "sha256": self.policy_sha256}}
+        wire: JSONObject = {
+            "overall": self.overall, "questions": {qid: q.to_wire() for qid, q in self.questions.items()},
+            "policy": ({"version": self.policy_version, "sha256": self.policy_sha256}
+                       if self.policy_sha256 is not None else None)}
+        if self.match is not None:
+            wire["by"] = "bank"
+        return wire
 
     def review_reasons(self) -> list[JSONObject]:
-        """Why the decision is under review: each such question with its answer, confidence and bar."""
+        """Why the decision is under review: each such question with its answer, confidence and bar; or the bank
+        match that sent it there."""
+        if self.match is not None:
+            return [{"bank": self.match.get("bank"), "label": self.match.get("label"),
+                     "medium": self.match.get("medium"), "distance": self.match.get("distance")}]
         return [{"question": qid, "answer": q.answer, "confidence": q.confidence, "auto_at": q.auto_at,
                  **({"reason": q.reason} if q.reason else {})}
                 for qid, q in self.questions.items() if q.outcome == "review"]
@@ -173,6 +183,8 @@ class Decision:
                                                        # requests (None inside: dropped before it would delay)
     evidence: JSONObject | None = None       # `x_evidence`, when the request asked for it (docs/evidence.md)
     evidence_shown: bool = True              # the response carries it (False: computed for the decision log only)
+    match: JSONObject | None = None          # `x_match`: the hash-bank entry a medium matched (docs/banks.md)
+    answered_by_bank: bool = False           # no forward ran: the match's action is the outcome, `answers` is empty
 
     def to_wire(self) -> JSONObject:
         """System One response body. Extensions are `x_`-prefixed as jevcompat asks."""
@@ -192,4 +204,6 @@ class Decision:
             body["x_audit"] = self.audit.to_wire()
         if self.evidence is not None and self.evidence_shown:
             body["x_evidence"] = self.evidence
+        if self.match is not None:
+            body["x_match"] = self.match
         return body

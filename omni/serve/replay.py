@@ -216,6 +216,11 @@ def _readable_audit(decision: LoggedDecision) -> AuditRecord | RecordReplay:
         audit = audit_from_wire(wire)
     except ValueError as exc:
         return _outcome(decision, "unreplayable", reason=f"its audit record cannot be read: {exc}")
+    if audit.match is not None and audit.runtime.batch_size == 0:
+        return _outcome(decision, "unreplayable", reason=f"a hash bank answered it without the model "
+                                                         f"({audit.match.get('bank')}, version "
+                                                         f"{str(audit.match.get('version'))[:12]}): no forward to "
+                                                         f"replay")
     if audit.probabilities is None:
         return _outcome(decision, "unreplayable", reason="its audit record has no unrounded probabilities to compare "
                                                          "with (only the rounded response)")
