@@ -77,6 +77,10 @@ class Bank:
     def __len__(self) -> int:
         return len(self.file.entries)
 
+    @property
+    def pdq_entries(self) -> int:
+        return len(self._entries["pdq"])
+
     def match(self, hash_type: str, value: str | bytes) -> list[Match]:
         """Entries of `hash_type` matching `value` (hex or raw bytes), nearest first."""
         raw = bytes.fromhex(value) if isinstance(value, str) else value

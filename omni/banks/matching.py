@@ -1,7 +1,7 @@
 """A request's media looked up in the banks in force: which entries match, and whether a match decides the request.
 
 `BankSet(banks).consult(items, limits)` hashes every medium once (sha256 of its bytes; PDQ of a photo as the model
-sees it, upright) and looks each hash up in every bank. A photo that cannot be decoded is no error here: it is
+sees it, upright, when some bank holds PDQ hashes) and looks each hash up in every bank. A photo that cannot be decoded is no error here: it is
 noted as a hash failure (the model's own decoding answers for it) and the sha256 lookups still run.
 
 Which match is shown and whether it decides without a forward pass (`Verdict`):
@@ -64,6 +64,7 @@ class BankSet:
 
     def __init__(self, banks: Sequence[Bank]):
         self.banks = tuple(banks)
+        self.has_pdq = any(bank.pdq_entries for bank in self.banks)   # else photos are not decoded to be hashed
 
     def __len__(self) -> int:
         return len(self.banks)
@@ -82,7 +83,7 @@ class BankSet:
         for position, item in enumerate(items):
             medium = f"{item.slot}[{item.index}]"
             hashes = [("sha256", sha256_of(item.data))]
-            if item.slot == "images":
+            if item.slot == "images" and self.has_pdq:
                 try:
                     hashes.append(("pdq", pdq_of_image(item, limits).hex))
                 except (MediaError, ValueError, RuntimeError, MemoryError):   # the model's decoding answers for it
