@@ -19,6 +19,8 @@
     report_output.py  what every report command shares: one-line refusals, the reading progress bar, md rows
     report_shadow.py  `omni report shadow LOG --out DIR`: a live model beside its shadow candidate (agreement,
                outcome flips, calibration on reviewed items), PNG
+    report_qa.py  `omni report qa REVIEW_DIR --policy FILE`: automatic precision from QA samples against the target
+               (Wilson intervals), an ALERT line and exit 1 below it, PNG over time
     doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)
     doctor_plan.py  `omni doctor --plan [--json]`: the memory plan of a checkpoint's configs, as text or JSON
     bank.py    `omni bank check FILE...`, `omni bank lookup FILE... --image PHOTO --file ANY`: hash banks (no model)

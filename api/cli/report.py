@@ -9,7 +9,8 @@ drifting question of each window) or one JSON object (`--json`); `--out DIR` als
 drift.png. Bad input (no such path, a corrupt or foreign log file, a bad flag value, no record in range) is one line
 on stderr and exit 2.
 
-`omni report shadow` (a live model beside its shadow candidate) runs in `api.cli.report_shadow`.
+`omni report shadow` (a live model beside its shadow candidate) runs in `api.cli.report_shadow`; `omni report qa`
+(the automatic precision from QA samples) in `api.cli.report_qa`.
 Knows nothing of HTTP or the model; reads no environment.
 """
 from __future__ import annotations
@@ -45,6 +46,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     drift.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     drift.add_argument("--quiet", action="store_true", help="no progress bar")
     drift.set_defaults(needs_torch=False)        # a decision log's records: no model
+    from api.cli.report_qa import add_qa_arguments
+
+    add_qa_arguments(kinds)
     shadow = kinds.add_parser("shadow", help="a live model beside its shadow candidate on the decisions both scored: "
                                              "agreement, outcome flips and calibration on reviewed items")
     shadow.add_argument("log", help="a decision log directory (omni serve --decision-log --shadow LIVE=CANDIDATE) "
@@ -63,6 +67,10 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 def run_report(args: argparse.Namespace) -> int:
     if args.report_kind == "drift":
         return run_drift(args)
+    if args.report_kind == "qa":
+        from api.cli.report_qa import run_qa
+
+        return run_qa(args)
     if args.report_kind == "shadow":
         from api.cli.report_shadow import run_shadow
 

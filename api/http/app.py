@@ -79,6 +79,8 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
         svc.metrics.watch_webhooks(webhooks)
     if banks is not None:
         svc.metrics.set_banks(banks.described())
+    if svc.review is not None and policy is not None:      # the QA estimate, from the labelled QA samples
+        svc.metrics.watch_qa(_qa_estimate(svc))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -135,6 +137,20 @@ def _review(settings: Settings, policy: PolicySource | None = None) -> ReviewQue
     return ReviewQueues(ReviewDir(settings.review_dir, k=settings.review_k), list(settings.review_batches),
                         settings.engine, policy=(lambda: policy.current) if policy is not None else None,
                         max_comment_chars=settings.review_max_comment_chars)
+
+
+def _qa_estimate(svc: ServiceState) -> Callable[[], dict[str, dict]]:
+    """The running QA estimate per question, under the policy in force's targets (computed at scrape time)."""
+    from omni.contract.qa import qa_target
+    from omni.governance.qa import qa_report
+
+    def estimate() -> dict[str, dict]:
+        policy = svc.current_policy()
+        if svc.review is None or policy is None:
+            return {}
+        return qa_report(svc.review.review_dir, lambda qid: qa_target(policy, qid))["questions"]
+
+    return estimate
 
 
 def _banks(settings: Settings) -> BankShelf | None:

@@ -80,6 +80,10 @@ class Metrics:
         self.bank_entries = Gauge("omni_bank_entries", "entries of each bank in force", ["bank", "version"],
                                   registry=r)
         self.bank_reloads = Counter("omni_bank_reloads", "bank reloads by result", ["result"], registry=r)
+        self.qa_sampled = Counter("omni_qa_sampled", "automatic answers drawn for QA review, per question",
+                                  ["question"], registry=r)
+        self._qa = _QaCollector()
+        r.register(self._qa)
         self._batcher = _BatcherCollector()
         r.register(self._batcher)
         self._caches = _CacheCollector()
@@ -143,6 +147,16 @@ class Metrics:
             self.bank_entries.clear()
             for bank in described:
                 self.bank_entries.labels(bank["name"], bank["version"]).set(bank["entries"])
+
+    def observe_qa(self, qa: dict) -> None:
+        """A decision drawn for QA: each of its checked questions counted."""
+        for qid in qa.get("questions") or {}:
+            self.qa_sampled.labels(qid).inc()
+
+    def watch_qa(self, estimate: Callable[[], dict[str, dict]]) -> None:
+        """Export the running QA estimate at scrape time: `estimate()` is `omni.governance.qa.qa_report`'s
+        `questions` (per question: labelled, precision, interval, target, below_target)."""
+        self._qa.stats = estimate
 
     def set_model(self, name: str, tiny_default: bool) -> None:
         self.model_info.clear()
@@ -285,6 +299,28 @@ class _AdapterCollector(_ScrapeCollector[dict[str, int]]):
         for name in ADAPTER_EVENTS:
             events.add_metric([name], stats.get(name, 0))
         yield events
+
+
+class _QaCollector(_ScrapeCollector[dict[str, dict]]):
+    """The automatic precision per question from the labelled QA samples, its 95% interval and whether it is below
+    the policy's target (the same figures as `omni report qa`)."""
+
+    def families(self, stats: dict[str, dict]) -> Iterable[Metric]:
+        labelled = GaugeMetricFamily("omni_qa_labelled", "QA samples reviewers labelled, per question",
+                                     labels=["question"])
+        precision = GaugeMetricFamily("omni_qa_precision", "automatic precision from labelled QA samples "
+                                      "(bound: estimate, low, high of the 95% Wilson interval)",
+                                      labels=["question", "bound"])
+        below = GaugeMetricFamily("omni_qa_below_target", "1 when the whole 95% interval is under the question's "
+                                  "QA target", labels=["question"])
+        for qid, row in stats.items():
+            labelled.add_metric([qid], row["labelled"])
+            if row["labelled"]:
+                for bound, value in (("estimate", row["precision"]), ("low", row["interval"][0]),
+                                     ("high", row["interval"][1])):
+                    precision.add_metric([qid, bound], value)
+            below.add_metric([qid], 1.0 if row["below_target"] else 0.0)
+        return labelled, precision, below
 
 
 class _ShadowCollector(_ScrapeCollector[dict[str, int]]):

@@ -15,7 +15,7 @@ from api.http.schemas import ERROR_RESPONSES, FORBIDDEN, Entry, ErrorBody, Valid
 
 class ReviewQueue(BaseModel):
     id: str
-    kind: Literal["batch", "kept", "policy", "disagreements"]
+    kind: Literal["batch", "kept", "policy", "qa", "disagreements"]
     name: str
     items: int
     reviewed: int = Field(description="items done: every question labelled by k reviewers (the disagreements queue: 0)")
@@ -115,6 +115,9 @@ class ReviewItem(BaseModel):
         None, description="in the policy's queue: why the decision is under review (question, answer, confidence, "
                           "auto_at)")
     x_outcome: dict[str, Any] | None = Field(None, description="in the policy's queue: the decision's outcome")
+    qa: dict[str, Any] | None = Field(
+        None, description="in the QA queue: the draw that chose this automatic decision (seed, draw, share) and the "
+                          "automatic answers it checks; the automatic action already stood")
     evidence: dict[str, Any] | None = Field(
         None, description="where each answer came from (x_evidence, docs/evidence.md): when the caller asked for it, "
                           "or computed for a decision the policy routed to review")

@@ -42,6 +42,7 @@ from omni.contract.errors import DeadlineExceeded, NotReady
 from omni.contract.evidence_summary import LOGGED_ASK
 from omni.contract.json_values import JSONObject
 from omni.contract.outcomes import with_outcome
+from omni.contract.qa import qa_sample
 from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 
@@ -76,7 +77,8 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
     """A served decision goes to the decision log (queued: the writer thread does the I/O), to the webhook when its
     outcome is one it is sent for (queued too), and, with a review directory, is kept for review after its answer
     was sent (the returned task); all with its audit record. Under a policy only the decisions whose outcome is
-    `review` are kept, in a queue of their own with the reasons; without one, every decision is. A decision a shadow
+    `review` are kept, in a queue of their own with the reasons, and the automatic ones its `[qa]` draws
+    (omni/contract/qa.py), in the QA queue; without one, every decision is. A decision a shadow
     candidate scores goes to the log once the candidate's score is in (api/http/shadow.py), with its outcome under
     the policy the live answer was taken under."""
     svc, decision_request = service(request), request.state.decision_request
@@ -87,8 +89,16 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
     if svc.webhooks is not None and outcome is not None and outcome.overall in svc.settings.webhook_on:
         svc.webhooks.offer(webhook_payload(decision, wire, audit, decision_request.request_id),
                            decision_request.request_id or "")               # a full queue is counted, never waited on
-    if svc.review is None or (outcome is not None and outcome.overall != "review"):
+    if svc.review is None:
         return None
+    if outcome is not None and outcome.overall != "review":     # automatic: to QA review when drawn for it
+        policy = svc.policy_for(decision.model)
+        qa = qa_sample(policy, outcome, decision_request.request_id) if policy is not None else None
+        if qa is None:
+            return None
+        svc.metrics.observe_qa(qa)
+        return BackgroundTask(_keep, svc.review, decision_request, wire, audit,
+                              {"queue": "qa", "qa": qa, **wire_outcome(wire)})
     route = {"queue": "policy", "reasons": outcome.review_reasons(), **wire_outcome(wire),
              **({"evidence": decision.evidence} if decision.evidence is not None else {})} if outcome else None
     return BackgroundTask(_keep, svc.review, decision_request, wire, audit, route)

@@ -17,6 +17,7 @@
     policy.py       a decision policy (TOML): read, checked, versioned by its sha256; swapped whole on reload
     toml_text.py    operators' TOML (policies, statement maps) parsed with its nesting bounded (never a RecursionError)
     outcomes.py     answers + a policy -> act / review / pass per question and overall (`x_outcome`)
+    qa.py           which automatic decisions a policy's [qa] / qa_sample draws for QA review (seeded, stateless)
     evidence_summary.py  what of `x_evidence` is kept (logged, replayed, a statement's facts): the top items, no
                     maps; two summaries compared
 

@@ -17,6 +17,12 @@
     auto_at = 0.9
     act_on = [2]
     auto_at_with = {video = 0.95}        # optional: the bar when the request has that medium (image/audio/video)
+    qa_sample = 0.05                     # optional: this share of its automatic answers also goes to QA review
+    qa_target = 0.97                     # optional: the precision its automatic answers must keep (omni report qa)
+    [qa]                                 # optional: QA samples of automatic decisions (docs/policies.md)
+    sample = 0.02                        # the share of automatic decisions (act or pass) also sent to QA review
+    seed = 7                             # optional: the draws' seed (default: from the file's sha256); recorded
+    target = 0.95                        # optional: the precision every question's automatic answers must keep
 
 `act_on` values say the question's type: booleans noul, strings choice, integers score (one kind per list).
 `read_policy` checks the whole file when it is read; a `PolicyError` names the file, the key path and its TOML line.
@@ -40,7 +46,8 @@ from omni.contract.types import Answer
 
 POLICY_FORMAT = "omni-policy/1"
 MODALITIES = ("image", "audio", "video")
-QUESTION_KEYS = ("auto_at", "act_on", "auto_at_for", "auto_at_with", "type", "options")
+QUESTION_KEYS = ("auto_at", "act_on", "auto_at_for", "auto_at_with", "type", "options", "qa_sample", "qa_target")
+QA_KEYS = ("sample", "seed", "target")
 DEFAULT_KEYS = ("auto_at", "auto_at_with")
 
 
@@ -58,6 +65,17 @@ class QuestionPolicy:
     auto_at_with: dict[str, float] = field(default_factory=dict)     # modality -> bar
     type: str | None = None
     options: tuple[str, ...] | None = None                           # choice ids, or score level count as "0".."n-1"
+    qa_sample: float | None = None       # the share of its automatic answers also sent to QA review (None: [qa]'s)
+    qa_target: float | None = None       # the precision its automatic answers must keep (None: [qa]'s)
+
+
+@dataclass(frozen=True)
+class QaPlan:
+    """`[qa]`: QA samples of automatic decisions (omni/contract/qa.py draws them)."""
+
+    sample: float                          # the share of automatic decisions (act or pass) also sent to QA review
+    seed: int                              # the draws' seed: given, or the first 48 bits of the file's sha256
+    target: float | None = None            # the precision every question's automatic answers must keep
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,7 @@ class Policy:
     source: str = "policy"
     model: str | None = None               # bound to this model (an adapter's name, or the base's): it governs that
                                            # model's decisions only; None: whichever model answered
+    qa: QaPlan | None = None               # [qa]: QA samples of automatic decisions; None: none (unless a question's)
 
     def governs(self, model: str, base_names: tuple[str, ...] = ()) -> bool:
         """Whether decisions answered by `model` are taken under this policy (the base's names count as one)."""
@@ -106,7 +125,7 @@ def parse_policy(data: bytes, source: str = "policy") -> Policy:
     except TomlProblem as exc:      # its syntax, or nested past the limit (never a RecursionError)
         raise PolicyError(f"{source}: {exc}") from None
     reader = _Reader(text, source)
-    reader.no_unknown_keys(table, ("version", "model", "default", "questions"), "")
+    reader.no_unknown_keys(table, ("version", "model", "default", "questions", "qa"), "")
     version = table.get("version")
     if not isinstance(version, str) or not version.strip():
         raise reader.error("version", "", "required: a non-empty string naming this version of the policy")
@@ -123,8 +142,12 @@ def parse_policy(data: bytes, source: str = "policy") -> Policy:
         default = reader.question(table["default"], "default")
     if not questions and default is None:
         raise reader.error("questions", "", "the policy names no question and has no [default]")
-    return Policy(version.strip(), hashlib.sha256(data).hexdigest(), questions, default, source,
-                  model.strip() if isinstance(model, str) else None)
+    sha256 = hashlib.sha256(data).hexdigest()
+    qa = reader.qa(table["qa"], sha256) if "qa" in table else None
+    if qa is None and any(rule.qa_sample for rule in questions.values()):
+        qa = QaPlan(0.0, int(sha256[:12], 16), None)      # only questions sample: the seed still comes from the file
+    return Policy(version.strip(), sha256, questions, default, source,
+                  model.strip() if isinstance(model, str) else None, qa)
 
 
 class _Reader:
@@ -188,12 +211,24 @@ class _Reader:
         for medium in with_medium:
             if medium not in MODALITIES:
                 raise self.error(f"auto_at_with.{medium}", path, f"not a medium ({', '.join(MODALITIES)})")
-        return QuestionPolicy(auto_at, act_on, by_answer, with_medium, kind, options)
+        qa_sample = self.bar(rule["qa_sample"], "qa_sample", path, "share") if "qa_sample" in rule else None
+        qa_target = self.bar(rule["qa_target"], "qa_target", path) if "qa_target" in rule else None
+        return QuestionPolicy(auto_at, act_on, by_answer, with_medium, kind, options, qa_sample, qa_target)
 
-    def bar(self, value: Any, key: str, path: str) -> float:
+    def qa(self, table: Any, sha256: str) -> QaPlan:
+        self.no_unknown_keys(table, QA_KEYS, "qa")
+        if "sample" not in table:
+            raise self.error("sample", "qa", "required: the share of automatic decisions sent to QA review (0..1)")
+        seed = table.get("seed", int(sha256[:12], 16))
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise self.error("seed", "qa", f"{quoted(seed)} is not a seed: a whole number from 0")
+        target = self.bar(table["target"], "target", "qa") if "target" in table else None
+        return QaPlan(self.bar(table["sample"], "sample", "qa", "share"), seed, target)
+
+    def bar(self, value: Any, key: str, path: str, what: str = "confidence") -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or not 0.0 <= value <= 1.0:
-            raise self.error(key, path, f"{quoted(value)} is not a confidence between 0 and 1")
+            raise self.error(key, path, f"{quoted(value)} is not a {what} between 0 and 1")
         return float(value)
 
     def bars(self, value: Any, key: str, path: str) -> dict[str, float]:

@@ -7,6 +7,9 @@
     shadow.py        logged decisions with a shadow block -> live vs candidate per question: agreement (Wilson),
                      mean |delta p|, outcome flips, accuracy/ECE/Brier of each on reviewed items
     shadow_plot.py   the shadow report's PNG: agreement with intervals, the flips heat map, calibration of each
+    qa.py            QA samples in a review directory + reviewers' labels -> automatic precision per question and
+                     window (Wilson interval) against the target, alerts
+    qa_plot.py       the QA report's PNG: precision per window with intervals, the whole period's, the target
     statements.py        logged decisions -> DSA statements of reasons (what the service knows + the map's fields)
     statement_facts.py   the facts a decision relied on (its kept evidence) as sentences for decision_facts
     statement_map.py     the TOML map of question outcomes -> statement fields, checked against the database's rules

@@ -72,6 +72,7 @@ class ReviewQueues:
         sources: list[ReviewSource] = [BatchSource(p) for p in batch_outputs]
         if policy is not None:
             sources.append(KeptSource(review_dir, routed=True))
+            sources.append(KeptSource(review_dir, qa=True))     # automatic decisions drawn for QA ([qa], qa_sample)
         if keep_decisions:
             sources.append(KeptSource(review_dir))
         self.sources = {s.id: s for s in sources}
@@ -79,6 +80,11 @@ class ReviewQueues:
     @property
     def k(self) -> int:
         return self.review_dir.k
+
+    def _qa_drawn(self) -> bool:
+        """Whether the policy in force draws QA samples ([qa] or a question's qa_sample)."""
+        policy = self.policy() if self.policy is not None else None
+        return policy is not None and policy.qa is not None
 
     # ---------------------------------------------------------------- reading
     def queues(self) -> list[JSONObject]:
@@ -90,6 +96,8 @@ class ReviewQueues:
         out: list[JSONObject] = []
         with self.review_dir.history() as history:
             for source, records, failures in listed:
+                if isinstance(source, KeptSource) and source.qa and not records and not self._qa_drawn():
+                    continue                  # no [qa] in force and nothing drawn: no QA queue to show
                 done = sum(1 for r in records if history.item(r.key).state(r.questions) == "done")
                 out.append({"id": source.id, "kind": source.kind, "name": source.name, "items": len(records),
                             "reviewed": done, "failed": len(failures), "failures": failures[:MAX_FAILURES_SHOWN],
@@ -149,6 +157,7 @@ class ReviewQueues:
                 "confidence": record.confidence, "media": media, **review,
                 **({"reasons": record.route.get("reasons", []), "x_outcome": record.route.get("x_outcome")}
                    if record.route is not None else {}),
+                **({"qa": record.route["qa"]} if record.route is not None and "qa" in record.route else {}),
                 **({"evidence": record.evidence} if record.evidence is not None else {})}
 
     def media(self, queue_id: str, key: str, index: int) -> tuple[bytes, str]:

@@ -109,12 +109,13 @@ class BatchSource:
 
 class KeptSource:
     """The decisions a server kept in the review directory: those a policy sent to review (`routed`, kept with their
-    route: queue, reasons, outcome) or the others."""
+    route: queue, reasons, outcome), those its QA draw chose (`qa`: route queue "qa", the draw) or the others."""
 
-    def __init__(self, review_dir: ReviewDir, routed: bool = False) -> None:
-        self.review_dir, self.routed = review_dir, routed
-        self.kind = self.id = "policy" if routed else "kept"
-        self.name = "to review (policy)" if routed else "kept decisions"
+    def __init__(self, review_dir: ReviewDir, routed: bool = False, qa: bool = False) -> None:
+        self.review_dir, self.routed, self.qa = review_dir, routed or qa, qa
+        self.kind = self.id = "qa" if qa else "policy" if routed else "kept"
+        self.name = ("QA samples (automatic decisions)" if qa else "to review (policy)" if routed
+                     else "kept decisions")
         self._decided: list[Decided] = []          # built from the kept decisions read so far
         self._last: JSONObject | None = None        # the last kept decision read (the file is appended to)
         self._count = 0
@@ -128,7 +129,8 @@ class KeptSource:
                 self._decided, self._count = [], 0                       # another file: read it anew
             for r in kept[self._count:]:
                 route = r.get("x_route")
-                if isinstance(route, dict) is self.routed:
+                queue = route.get("queue") if isinstance(route, dict) else None
+                if isinstance(route, dict) is self.routed and (not self.routed or self.qa == (queue == "qa")):
                     route = route if isinstance(route, dict) else None
                     self._decided.append(Decided(r["key"], r["request"], self.review_dir.root,
                                                  r["response"].get("answers", {}), route,

@@ -46,9 +46,9 @@ def test_nesting_a_policy_needs_reads():
 
 @pytest.mark.parametrize(("text", "expected"), [
     (b'version = "v"\nauto_at = 0.9\n[questions.a]\nauto_at = 0.9\n',
-     r"^p\.toml: auto_at \(line 2\): unknown key; the top level of a policy takes version, model, default, questions$"),
+     r"^p\.toml: auto_at \(line 2\): unknown key; the top level of a policy takes version, model, default, questions, qa$"),
     (b'version = "v"\n[question.a]\nauto_at = 0.9\n',
-     r"^p\.toml: question \(line 2\): unknown key; the top level of a policy takes version, model, default, questions$"),
+     r"^p\.toml: question \(line 2\): unknown key; the top level of a policy takes version, model, default, questions, qa$"),
 ])
 def test_an_unknown_top_level_key_is_named_as_a_top_level_key(text, expected):
     with pytest.raises(PolicyError) as info:
