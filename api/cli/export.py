@@ -47,7 +47,8 @@ def add_export_arguments(parser: argparse.ArgumentParser) -> None:
                             help="which decisions get a statement, and the fields the service cannot know")
     statements.add_argument("--out", required=True, metavar="FILE.jsonl", help="one statement per line")
     statements.add_argument("--review-dir", default=None,
-                            help="a review directory: decisions its reviewers labelled are partially automated")
+                            help="a review directory: decisions its reviewers labelled are partially automated, and "
+                                 "its appeals (appeals.jsonl) are said in decision_facts")
     statements.add_argument("--evidence-facts", action="store_true",
                             help="add to decision_facts the facts each decision relied on: where the model looked "
                                  "(the evidence its log record kept: asked for, or kept for review)")
@@ -134,11 +135,13 @@ def run_export_quantized(args: argparse.Namespace) -> int:
 
 def run_export_statements(args: argparse.Namespace) -> int:
     from omni.governance.statements import ExportTally, export_statements, load_statement_map
+    from omni.review.appeals import AppealBook
     from omni.review.directory import ReviewDir
     from omni.serve.decision_log_files import read_records
 
     statement_map = load_statement_map(args.map_path)
     labels = ReviewDir(args.review_dir).labels_by_request_id() if args.review_dir else {}
+    appeals = ({a.request_id: a.to_wire() for a in AppealBook(args.review_dir).all()} if args.review_dir else {})
     tally = ExportTally()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +149,7 @@ def run_export_statements(args: argparse.Namespace) -> int:
     with tempfile.NamedTemporaryFile("w", dir=out.parent, prefix=f".{out.name}.", delete=False,
                                      encoding="utf-8") as handle:
         try:
-            for statement in export_statements(records, statement_map, labels, tally, args.evidence_facts):
+            for statement in export_statements(records, statement_map, labels, tally, args.evidence_facts, appeals):
                 handle.write(json.dumps(statement, ensure_ascii=False) + "\n")
         except BaseException:
             handle.close()
@@ -159,5 +162,5 @@ def run_export_statements(args: argparse.Namespace) -> int:
         print(f"omni export: {tally.without_evidence} statements without facts from evidence: their decisions' "
               "records kept none (not asked for, not routed to review)", file=sys.stderr)
     print(f"omni export: {tally.statements} statements from {tally.records} decisions ({tally.unselected} not "
-          f"selected by the map, {len(tally.skipped)} skipped) in {out}", file=sys.stderr)
+          f"selected by the map, {len(tally.skipped)} skipped, {tally.appealed} appealed) in {out}", file=sys.stderr)
     return 0

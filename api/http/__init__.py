@@ -8,7 +8,9 @@
     cloudflare.py  POST /accounts/{id}/ai/run/@cf/cloudflare/{model}: the same decision in Cloudflare's envelope
     review.py      /v1/review/...: review queues, their items and media, labels, guidelines, eval reports
     guidelines.py  the queues' guidelines: a markdown file per queue, rendered once with raw HTML off
-    admin.py       /v1/admin/policy: the policy in force and its reload (as SIGHUP)
+    admin.py       /v1/admin/policy and /v1/admin/banks: the policy and the hash banks in force, their reloads
+                   (as SIGHUP)
+    appeals.py     /v1/decisions/{id}/appeal and /v1/appeals: logged decisions contested, upheld or reversed
     adapters.py    adapters at the edge: /v1/admin/adapters and /v1/admin/shadows, /v1/models' entries, the
                    --adapters DIR rescan (SIGHUP)
     shadow.py      a decision's line in the decision log, with its shadow candidate's block once the score is in

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.http import schemas
 from api.http.adapters import router as adapters_router
 from api.http.admin import router as admin_router
+from api.http.appeals import router as appeals_router
 from api.http.cloudflare import router as cloudflare_router
 from api.http.dependencies import ServiceState
 from api.http.drain import DrainGate
@@ -71,6 +72,10 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
                        reports=report_dirs(settings.review_reports), decision_log=_decision_log(settings),
                        policy=policy, webhooks=webhooks, banks=banks)
     svc.guidelines = Guidelines.load(settings, svc.review)   # SettingsError when a QUEUE= names no queue
+    if svc.decision_log is not None and settings.review_dir is not None:   # appeals: of logged decisions, kept beside
+        from omni.review.appeals import AppealBook  # the reviewers' work
+
+        svc.appeals = AppealBook(settings.review_dir)
     if svc.decision_log is not None:
         svc.metrics.watch_decision_log(svc.decision_log)
     if policy is not None:
@@ -113,6 +118,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
     app.include_router(cloudflare_router)
     app.include_router(review_router)
     app.include_router(admin_router)
+    app.include_router(appeals_router)
     app.include_router(adapters_router)
     if settings.ui:
         app.include_router(ui_router)

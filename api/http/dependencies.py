@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from api.http.guidelines import Guidelines
     from api.http.webhooks import WebhookSender
     from omni.banks.shelf import BankShelf
+    from omni.review.appeals import AppealBook
     from omni.review.queues import ReviewQueues
     from omni.serve.decision_log import DecisionLog
 
@@ -61,6 +62,7 @@ class ServiceState:
     webhooks: WebhookSender | None = None   # with --webhook: decisions whose outcome is named are POSTed, signed
     guidelines: Guidelines | None = None     # with --review-guidelines: the queues' guidelines, rendered at start
     banks: BankShelf | None = None           # with --bank: media matched before the model (swapped whole on reload)
+    appeals: AppealBook | None = None        # with --decision-log and --review-dir: appeals of logged decisions
     _keyring: tuple[tuple[str, ...], KeyRing] | None = dataclasses.field(default=None, repr=False)
 
     def keyring(self) -> KeyRing:

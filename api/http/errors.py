@@ -44,6 +44,7 @@ from omni.contract.errors import (
     UnknownModel,
 )
 from omni.contract.policy import PolicyError
+from omni.review.appeals import AppealConflict, AppealNotFound
 from preprocess.errors import CorruptMedia, MediaError, MediaErrors, MediaTooLarge, UnsupportedMedia
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,8 @@ TABLE: dict[type[Exception], Rule] = {
     AdapterBusy: Rule(409, "conflict", 5012),         # unload while requests (or a shadow pair) hold the adapter
     PolicyError: Rule(422, "policy_error", 5012),     # the operator's policy file no longer reads (a reload)
     BankError: Rule(422, "bank_error", 5012),         # a bank file no longer reads (a reload)
+    AppealNotFound: Rule(404, "not_found", 7000),     # no such logged decision, or no such appeal
+    AppealConflict: Rule(409, "conflict", 5012),      # appealed already, or the appeal decided already
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
     NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),
     Draining: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5", "Connection": "close"}),

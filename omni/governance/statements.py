@@ -67,6 +67,7 @@ class ExportTally:
     statements: int = 0
     unselected: int = 0                      # decisions no rule selected
     without_evidence: int = 0                # with evidence_facts: statements whose record kept no evidence
+    appealed: int = 0                        # statements whose decision was appealed (its decision_facts say so)
     by_rule: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -161,8 +162,19 @@ def derived_puid(record: Mapping[str, Any]) -> str:
     return "omni-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:40]
 
 
+def appeal_sentence(appeal: Mapping[str, Any]) -> str:
+    """What became of an appeal, for `decision_facts`: pending, upheld or reversed, with the days."""
+    made = str(appeal.get("appealed_at") or "")[:10]
+    result, day = appeal.get("result"), str(appeal.get("decided_at") or "")[:10]
+    if result == "upheld":
+        return f"Appealed on {made}; the appeal was decided on {day}: the decision was upheld."
+    if result == "reversed":
+        return f"Appealed on {made}; the appeal was decided on {day}: the decision was reversed and no longer stands."
+    return f"Appealed on {made}; the appeal is pending."
+
+
 def statement_for(record: Mapping[str, Any], labels: Mapping[str, JSONValue] | None, rule: Rule,
-                  evidence_facts: bool = False) -> JSONObject:
+                  evidence_facts: bool = False, appeal: Mapping[str, Any] | None = None) -> JSONObject:
     """The statement of reasons of one logged decision under `rule`. `labels` are a reviewer's labels of the decision
     ({question: value}, possibly empty), None when no reviewer labelled it. RecordError for a record that cannot give
     one (no time, no content). The puid is `record_puid`'s (its warning is `export_statements`' to give).
@@ -186,13 +198,18 @@ def statement_for(record: Mapping[str, Any], labels: Mapping[str, JSONValue] | N
         sentences = evidence_sentences(record.get("evidence"), [c.question for c in rule.conditions], labels)
         statement["decision_facts"] = with_facts(statement["decision_facts"], sentences,
                                                  db.TEXT_LIMITS_CHARS["decision_facts"])
+    if appeal is not None and isinstance(statement.get("decision_facts"), str):     # DSA Art. 20: its redress
+        facts, said = str(statement["decision_facts"]), appeal_sentence(appeal)
+        if len(facts) + len(said) + 1 <= db.TEXT_LIMITS_CHARS["decision_facts"]:
+            statement["decision_facts"] = f"{facts}\n{said}"
     return {name: statement[name] for name in db.FIELD_ORDER if name in statement}
 
 
 # ------------------------------------------------------------------------------------------------ a whole log
 def export_statements(records: Iterable[Mapping[str, Any]], statement_map: StatementMap,
                       labels: Mapping[str, Mapping[str, JSONValue]] | None = None,
-                      tally: ExportTally | None = None, evidence_facts: bool = False) -> Iterator[JSONObject]:
+                      tally: ExportTally | None = None, evidence_facts: bool = False,
+                      appeals: Mapping[str, Mapping[str, Any]] | None = None) -> Iterator[JSONObject]:
     """One statement per decision the map selects, in log order.
 
     `labels` maps a request id to a reviewer's labels of that decision ({question: value}; `{}` when only the fact
@@ -201,7 +218,9 @@ def export_statements(records: Iterable[Mapping[str, Any]], statement_map: State
     record is read, a condition of the map that no decision could meet raises StatementMapError naming it and the
     questions the log has, so a caller writing the statements should write them to a temporary file and keep it
     only when this generator ends without an error. `evidence_facts`: each statement's `decision_facts` adds the
-    facts its decision relied on, from the evidence its record kept."""
+    facts its decision relied on, from the evidence its record kept. `appeals` maps a request id to its appeal
+    (`omni.review.appeals`: appealed_at, result, decided_at): its `decision_facts` then says it was appealed and
+    what became of it (the Transparency Database takes no field of its own for redress)."""
     labels = labels or {}
     tally = tally if tally is not None else ExportTally()
     conditions = [c for rule in statement_map.rules for c in rule.conditions]
@@ -226,7 +245,9 @@ def export_statements(records: Iterable[Mapping[str, Any]], statement_map: State
             tally.unselected += 1
             continue
         try:
-            statement = statement_for(record, mine, rule, evidence_facts)
+            appeal = (appeals or {}).get(request_id) if isinstance(request_id, str) else None
+            statement = statement_for(record, mine, rule, evidence_facts, appeal)
+            tally.appealed += appeal is not None
         except RecordError as exc:
             tally.skipped.append(f"record {number} (request {request_id}): {exc}")
             continue

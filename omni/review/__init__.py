@@ -4,6 +4,8 @@
     history.py       history.jsonl: every label change, comment, flag, skip and undo; the review state rebuilt from it
     queues.py        review queues: most uncertain first, k reviewers per item and the disagreements queue, what
                      reviewers do there
+    appeals.py       appeals of logged decisions: appealed with a reason, upheld or reversed, who and when
+                     (appeals.jsonl, appended and fsynced)
     sources.py       where a queue's decided requests come from: a batch output, the decisions a server kept
     filters.py       what a reviewer may narrow a queue's list to (question, answer, confidence, outcome, ...)
     agreement.py     agreement between reviewers (Cohen's, Fleiss' kappa) and with the model (numpy only)
