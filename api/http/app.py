@@ -139,10 +139,13 @@ def _review(settings: Settings, policy: PolicySource | None = None) -> ReviewQue
         return None
     from omni.review.directory import ReviewDir
     from omni.review.queues import ReviewQueues
+    from omni.review.wellness import Wellness
 
+    wellness = (Wellness(settings.review_shield, settings.review_daily_limit, settings.review_dir)
+                if settings.review_shield or settings.review_daily_limit else None)
     return ReviewQueues(ReviewDir(settings.review_dir, k=settings.review_k), list(settings.review_batches),
                         settings.engine, policy=(lambda: policy.current) if policy is not None else None,
-                        max_comment_chars=settings.review_max_comment_chars)
+                        max_comment_chars=settings.review_max_comment_chars, wellness=wellness)
 
 
 def _qa_estimate(svc: ServiceState) -> Callable[[], dict[str, dict]]:

@@ -34,6 +34,7 @@ from omni.contract.outcomes import OUTCOMES
 from omni.review.filters import STATE_FILTERS, ItemFilter, ReviewInputError
 from omni.review.history import UndoRefused
 from omni.review.queues import ORDERS, ReviewQueues, Viewer
+from omni.review.wellness import ExposureLimit
 
 T = TypeVar("T")
 
@@ -119,6 +120,15 @@ def item(request: Request, queue_id: str, key: str) -> dict:
 def media(request: Request, queue_id: str, key: str, index: int) -> Response:
     data, media_type = _found(_queues(request).media, queue_id, key, index)
     return Response(data, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"})
+
+
+@router.post("/queues/{queue_id}/items/{key}/media/{index}/reveal", response_model=review_schemas.ReviewReveal,
+             summary="reveal a shielded medium: counted once per reviewer and day (429 past their daily limit)")
+async def reveal(request: Request, queue_id: str, key: str, index: int) -> dict:
+    try:
+        return await _run(_queues(request).reveal, queue_id, key, index, _viewer(request))
+    except ExposureLimit as exc:
+        raise HTTPException(429, str(exc)) from None
 
 
 @router.put("/queues/{queue_id}/items/{key}/labels", response_model=review_schemas.ReviewLabels,

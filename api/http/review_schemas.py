@@ -41,6 +41,8 @@ class ReviewEntry(BaseModel):
     outcome: str | None = Field(None, description="the policy's overall outcome (act, review, pass), if any")
     model: str | None = Field(None, description="the model that answered: the base's name or an adapter's")
     skipped: bool = Field(False, description="the caller skipped it (skipped items come last)")
+    shielded: bool = Field(False, description="its media are shown blurred, greyscale and muted until revealed "
+                                              "(--review-shield)")
 
 
 class ReviewEntryList(BaseModel):
@@ -115,6 +117,10 @@ class ReviewItem(BaseModel):
         None, description="in the policy's queue: why the decision is under review (question, answer, confidence, "
                           "auto_at)")
     x_outcome: dict[str, Any] | None = Field(None, description="in the policy's queue: the decision's outcome")
+    shield: dict[str, Any] | None = Field(
+        None, description="with --review-shield, when a rule holds: `media` (the indexes shown shielded until "
+                          "revealed), `revealed` (those the caller revealed), `exposure` ({today, limit}: shielded "
+                          "media the caller revealed today, and their daily limit or null)")
     qa: dict[str, Any] | None = Field(
         None, description="in the QA queue: the draw that chose this automatic decision (seed, draw, share) and the "
                           "automatic answers it checks; the automatic action already stood")
@@ -200,3 +206,8 @@ REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
 UNDO_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorBody, "description": "not undone: someone else's event, already undone, not a label, flag or "
                                              "skip, or a label changed since (the message says by whom)"}}
+
+
+class ReviewReveal(BaseModel):
+    exposure: dict[str, Any] | None = Field(description="shielded media the caller revealed today, and their limit")
+    shielded: bool = Field(description="the medium was shielded (its reveal was counted once for the caller)")

@@ -60,6 +60,8 @@ class Settings:
     review_k: int = 1                        # reviewers per item (1..10); >= 2: blind labels, consensus, disagreements
     review_max_comment_chars: int = 2000     # a reviewer's comment is at most this long
     review_guidelines: tuple[str, ...] = ()  # `[QUEUE=]FILE` markdown shown beside a queue's items (bare: all others)
+    review_shield: tuple[str, ...] = ()      # `[QUEUE:]all|outcome=O|QUESTION=ANSWER`: media blurred until revealed
+    review_daily_limit: tuple[str, ...] = ()   # `N`, `queue:Q=N`, `reviewer:NAME=N`: shielded media revealed a day
     # the decision log: every decision (request with media by hash, response, audit record) appended to JSONL
     decision_log: str | None = None          # its directory; None = off
     decision_log_media: str = "store"        # store: each media content kept once, by sha256; hash-only: hashes only
@@ -290,6 +292,7 @@ def _check(s: Settings) -> None:
     _check_decision_log(s)
     _check_policy(s)
     bank_pdq_thresholds(s.bank_pdq_threshold)
+    _check_wellness(s)
     _check_cluster(s)
     check_adapters(s.engine)
 
@@ -341,6 +344,19 @@ def _read_secret_file(path: str, source: str) -> str:
 
 WEBHOOK_OUTCOMES = ("act", "review", "pass")
 MIN_WEBHOOK_SECRET_CHARS = 16
+
+
+def _check_wellness(s: Settings) -> None:
+    from omni.review.wellness import WellnessSettingError, parse_limits, parse_shield
+
+    if (s.review_shield or s.review_daily_limit) and s.review_dir is None:
+        raise SettingsError("review_shield and review_daily_limit need review_dir: they protect its reviewers")
+    try:
+        for entry in s.review_shield:
+            parse_shield(entry)
+        parse_limits(s.review_daily_limit)
+    except WellnessSettingError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def bank_pdq_thresholds(entries: tuple[str, ...]) -> dict[str, int]:

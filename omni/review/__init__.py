@@ -6,6 +6,8 @@
                      reviewers do there
     appeals.py       appeals of logged decisions: appealed with a reason, upheld or reversed, who and when
                      (appeals.jsonl, appended and fsynced)
+    wellness.py      reviewer wellness: which items' media are shielded until revealed, exposures per reviewer
+                     and day (exposure.jsonl), daily limits that move further items to others
     sources.py       where a queue's decided requests come from: a batch output, the decisions a server kept
     filters.py       what a reviewer may narrow a queue's list to (question, answer, confidence, outcome, ...)
     agreement.py     agreement between reviewers (Cohen's, Fleiss' kappa) and with the model (numpy only)

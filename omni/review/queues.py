@@ -35,6 +35,7 @@ from omni.review.directory import ReviewDir
 from omni.review.filters import ItemFilter, ReviewInputError
 from omni.review.history import ADJUDICATION_QUEUE, MAX_REASON_CHARS, ItemState, ReviewHistory
 from omni.review.sources import BatchSource, Decided, KeptSource, ReviewSource
+from omni.review.wellness import Wellness
 
 BROWSER_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
                  "bmp": "image/bmp", "wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
@@ -62,10 +63,12 @@ class ReviewQueues:
     def __init__(self, review_dir: ReviewDir, batch_outputs: Sequence[str | Path] = (),
                  config: EngineConfig | None = None, keep_decisions: bool = True,
                  policy: Callable[[], Policy | None] | None = None,
-                 max_comment_chars: int = DEFAULT_MAX_COMMENT_CHARS) -> None:
+                 max_comment_chars: int = DEFAULT_MAX_COMMENT_CHARS, wellness: Wellness | None = None) -> None:
         """`policy` (the policy in force, read at each label) adds the queue of decisions it sent to review. The
-        number of reviewers per item is the review directory's (`review_dir.k`)."""
+        number of reviewers per item is the review directory's (`review_dir.k`). `wellness`: which items' media are
+        shielded until revealed, and the reviewers' daily limits (omni/review/wellness.py)."""
         self.review_dir = review_dir
+        self.wellness = wellness
         self.config = config or EngineConfig()
         self.policy = policy
         self.max_comment_chars = max_comment_chars
@@ -127,6 +130,9 @@ class ReviewQueues:
                 state = item.state(r.questions)
                 if not where.keeps(r, item, state):
                     continue
+                shielded = self._shielded(queue_id, r)
+                if shielded and self._hidden_from(viewer, queue_id, r):
+                    continue                       # past the viewer's daily limit: for the other reviewers
                 seen = self._seen_labels(item, queue_id, viewer)
                 skipped = item.skipped_by(viewer.name)
                 entries.append((skipped, {
@@ -134,7 +140,7 @@ class ReviewQueues:
                     "labelled": sum(1 for q in r.questions if q in seen), "preview": _preview(r.body.get("state")),
                     "state": state, "flagged": item.flagged(), "reviewers": item.reviewers(), "outcome": r.outcome,
                     "model": r.model,
-                    "skipped": skipped}))
+                    "skipped": skipped, **({"shielded": True} if shielded else {})}))
         return [entry for skipped, entry in sorted(entries, key=lambda e: e[0])]      # stable: skipped ones last
 
     def item(self, queue_id: str, key: str, viewer: Viewer | None = None) -> JSONObject:
@@ -158,7 +164,41 @@ class ReviewQueues:
                 **({"reasons": record.route.get("reasons", []), "x_outcome": record.route.get("x_outcome")}
                    if record.route is not None else {}),
                 **({"qa": record.route["qa"]} if record.route is not None and "qa" in record.route else {}),
-                **({"evidence": record.evidence} if record.evidence is not None else {})}
+                **({"evidence": record.evidence} if record.evidence is not None else {}),
+                **self._shield_of(queue_id, record, len(media), viewer)}
+
+    # ---------------------------------------------------------------- wellness
+    def _shielded(self, queue_id: str, record: Decided) -> bool:
+        if self.wellness is None or not self.wellness.rules or not _media_count(record.body):
+            return False
+        answers = {qid: top_answer(answer) for qid, answer in record.answers.items()}
+        return self.wellness.shields(queue_id, record.outcome, answers)
+
+    def _hidden_from(self, viewer: Viewer, queue_id: str, record: Decided) -> bool:
+        """A shielded item the viewer has not revealed all of, while they are at their daily limit."""
+        assert self.wellness is not None
+        return self.wellness.at_limit(viewer.name, queue_id) and not all(
+            self.wellness.revealed(viewer.name, record.key, i) for i in range(_media_count(record.body)))
+
+    def _shield_of(self, queue_id: str, record: Decided, media: int, viewer: Viewer) -> JSONObject:
+        """`shield`: the media shown shielded until revealed, those this viewer revealed, their exposure today."""
+        if self.wellness is None or not self._shielded(queue_id, record):
+            return {}
+        return {"shield": {"media": list(range(media)),
+                           "revealed": [i for i in range(media) if self.wellness.revealed(viewer.name, record.key, i)],
+                           "exposure": self.wellness.exposure(viewer.name, queue_id)}}
+
+    def reveal(self, queue_id: str, key: str, index: int, viewer: Viewer | None = None) -> JSONObject:
+        """The viewer reveals a shielded medium: counted (ExposureLimit past their limit); their exposure today.
+        A medium that is not shielded is shown as it is: nothing is counted."""
+        viewer = viewer or Viewer()
+        record, request, _ = self._decided(queue_id, key)
+        if not 0 <= index < len(request.media):
+            raise KeyError(f"item {key} has no media item {index}")
+        if self.wellness is None or not self._shielded(queue_id, record):
+            return {"exposure": self.wellness.exposure(viewer.name, queue_id) if self.wellness else None,
+                    "shielded": False}
+        return {"exposure": self.wellness.reveal(viewer.name, queue_id, key, index), "shielded": True}
 
     def media(self, queue_id: str, key: str, index: int) -> tuple[bytes, str]:
         """The bytes of an item's media item and the type a browser plays it as."""
@@ -334,3 +374,8 @@ def parse_item(body: JSONObject, root: Path, config: EngineConfig) -> DecisionRe
 def _preview(state: JSONValue) -> str:
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 1] + "…"
+
+
+def _media_count(body: JSONObject) -> int:
+    """How many media a request body names (images, audio, videos)."""
+    return sum(len(v) for slot in ("images", "audio", "videos") if isinstance(v := body.get(slot), list))

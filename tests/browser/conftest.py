@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
+AXE = ROOT / ".venv" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 CHROMIUM = os.environ.get("OMNI_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -80,3 +81,14 @@ def finish(request, page, context, errors: list[str]) -> None:
         page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     context.close()
     assert not errors, "the page logged errors:\n" + "\n".join(errors)
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> Path:
+    """axe-core's script (npm, `.venv/axe`): a skip without it, a failure under `OMNI_REQUIRE_BROWSER=1`."""
+    if not AXE.is_file():
+        message = f"needs axe-core from npm in {AXE.parent} (scripts/bootstrap.sh --tests installs it)"
+        if os.environ.get("OMNI_REQUIRE_BROWSER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return AXE

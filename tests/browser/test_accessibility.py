@@ -10,7 +10,6 @@ Security Policy, which stays on: the page still refuses everything else it would
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,9 +19,8 @@ from playwright.sync_api import expect
 
 from api.cli.main import main as omni
 from tests.browser.conftest import finish, open_page
-from tests.browser.workbench import EXAMPLES, ROOT, Review, write_batch_input, write_report
+from tests.browser.workbench import EXAMPLES, Review, write_batch_input, write_report
 
-AXE = ROOT / ".venv" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 SCREENS = {"desktop": {"viewport": {"width": 1366, "height": 900}},
            "phone": {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True,
@@ -43,16 +41,6 @@ def workbench(tmp_path_factory, browser):
     review = Review(folder, "--batch", str(out), "--report", str(report), "--review-dir", str(folder / "rv"))
     yield SimpleNamespace(url=review.url + "/ui")
     review.stop()
-
-
-@pytest.fixture(scope="session")
-def axe_source() -> Path:
-    if not AXE.is_file():
-        message = f"needs axe-core from npm in {AXE.parent} (scripts/bootstrap.sh --tests installs it)"
-        if os.environ.get("OMNI_REQUIRE_BROWSER"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return AXE
 
 
 def open_screen(browser, request, screen: str, axe: Path | None = None):

@@ -534,20 +534,29 @@ const review = {
     const media = el("div", { class: "media" });
     const inSlot = {};                       // an item's media are numbered within their slot: images[0], audio[0]
     const urls = {};                         // and drawn again under their evidence, when the item has some
+    const shield = item.shield || null;      // wellness: these media stay blurred, grey and muted until revealed
     for (const m of item.media) {
       const path = `${this.itemPath(item.key)}/media/${m.index}`;
       const label = `${m.slot}[${inSlot[m.slot] = (inSlot[m.slot] ?? -1) + 1}]`;
-      const holder = el("figure", { "data-media": label });
+      const shielded = !!shield && shield.media.includes(m.index) && !shield.revealed.includes(m.index);
+      const holder = el("figure", { "data-media": label, "data-index": String(m.index), class: shielded ? "shielded" : "" });
       media.append(holder);
+      if (shielded) {
+        holder.append(el("button", { type: "button", class: "reveal", onclick: () => this.enqueue(() => this.reveal(m.index)) },
+          `Reveal ${label} `, el("kbd", { text: "v" })));
+      }
       (urls[label] = blobUrl(path)).then((url) => {
         this.urls.push(url);
-        holder.append(m.kind === "image" ? el("img", { src: url, alt: label })
-          : el(m.kind === "video" ? "video" : "audio", { src: url, controls: true, preload: "metadata", "aria-label": `play ${label}` }));
+        const shown = m.kind === "image" ? el("img", { src: url, alt: label })
+          : el(m.kind === "video" ? "video" : "audio", { src: url, controls: true, preload: "metadata", "aria-label": `play ${label}` });
+        if (shielded && m.kind !== "image") shown.muted = true;
+        holder.prepend(shown);
       }).catch((e) => holder.append(el("p", { class: "error", text: e.message })));
     }
     const state = typeof item.state === "string" ? item.state : JSON.stringify(item.state, null, 2);
     $("#item").replaceChildren(...[   // replaceChildren writes a null as the text "null": left out
       el("h2", { class: "panel-title", text: `Item ${item.key} · confidence ${pct(item.confidence)}` }),
+      shield ? el("p", { class: "shield-note", id: "exposure" }, exposureText(shield.exposure)) : null,
       item.reasons && item.reasons.length ? el("p", { class: "reasons", "data-reasons": "" },
         `Sent to review by the policy: ${item.reasons.map((r) => r.reason ? `${r.question} (${r.reason})`
           : `${r.question}: confidence ${pct(r.confidence)} below ${pct(r.auto_at)}`).join("; ")}`) : null,
@@ -563,6 +572,27 @@ const review = {
     // leave what the reviewer judges above the screen
     this.highlight(false);
     if ($("#item").getBoundingClientRect().top < 0) $("#item").scrollIntoView({ block: "start" });
+  },
+
+  // Wellness: reveal one shielded medium of the current item (the server counts it; past the daily limit it says no).
+  async reveal(index) {
+    if (!this.item) return;
+    const holder = index === undefined ? document.querySelector("#item figure.shielded")
+      : document.querySelector(`#item figure.shielded[data-index="${index}"]`);
+    if (!holder) return;
+    const at = Number(holder.dataset.index);
+    let body;
+    try {
+      body = await json(`${this.itemPath(this.item.key)}/media/${at}/reveal`, { method: "POST" });
+    } catch (e) { $("#review-error").textContent = e.message; return; }
+    holder.classList.remove("shielded");
+    const button = $(".reveal", holder);
+    if (button) button.remove();
+    const player = holder.querySelector("audio, video");
+    if (player) player.muted = false;
+    this.item.shield.revealed.push(at);
+    if (body.exposure && $("#exposure")) $("#exposure").textContent = exposureText(body.exposure);
+    this.say(`Revealed ${holder.dataset.media}`);
   },
 
   renderAnswers() {
@@ -710,7 +740,7 @@ const review = {
     if (e.target.closest("input, textarea, select, dialog")) return;
     const undo = (e.ctrlKey || e.metaKey) && !e.shiftKey && e.key.toLowerCase() === "z";
     if ((e.ctrlKey || e.metaKey) && !undo) return;
-    const ours = undo || /^[1-9]$/.test(e.key) || ["a", "j", "k", "n", "p", "s", "f", "c", "ArrowDown", "ArrowUp", "Delete"].includes(e.key)
+    const ours = undo || /^[1-9]$/.test(e.key) || ["a", "j", "k", "n", "p", "s", "f", "c", "v", "ArrowDown", "ArrowUp", "Delete"].includes(e.key)
       || (e.key === "Enter" && !e.target.closest("button"));
     if (!ours) return;
     e.preventDefault();
@@ -737,9 +767,15 @@ const review = {
     else if (key === "Delete") await this.label(this.question, null);
     else if (key === "s") await this.skip();
     else if (key === "f") this.openFlag();
+    else if (key === "v") await this.reveal();
     else if (key === "c") { const box = $("#comment-text"); if (box) { box.scrollIntoView({ block: "nearest" }); box.focus(); } }
   },
 };
+
+function exposureText(exposure) {
+  const limit = exposure && exposure.limit !== null && exposure.limit !== undefined ? ` of your daily limit of ${exposure.limit}` : "";
+  return `Media shielded for your wellbeing: press v or a Reveal button to see one. Revealed today: ${exposure ? exposure.today : 0}${limit}.`;
+}
 
 function answerOf(item, id) { return (item.answers || {})[id] || {}; }
 

@@ -175,6 +175,7 @@ export const SHORTCUTS = [
   ["s", "skip the item (it goes to the end of your list)"],
   ["f", "flag the item, with a reason"],
   ["c", "write a comment"],
+  ["v", "reveal the next shielded (blurred, grey, muted) medium of the item"],
   ["Ctrl+Z or ⌘Z", "undo your last label, skip or flag"],
   ["e", "show or hide the evidence's heat maps and boxes (when evidence is shown)"],
   ["?", "show these shortcuts"], ["Esc", "close this list"],
