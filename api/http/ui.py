@@ -18,7 +18,8 @@ from omni.contract.errors import quoted
 router = APIRouter(include_in_schema=False)
 FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
          "dom.js": "text/javascript; charset=utf-8", "team.js": "text/javascript; charset=utf-8",
-         "evidence.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
+         "evidence.js": "text/javascript; charset=utf-8", "appeals.js": "text/javascript; charset=utf-8",
+         "app.css": "text/css; charset=utf-8",
          "team.css": "text/css; charset=utf-8", "evidence.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
 HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
            # the page's own files only; media arrive as blob: URLs made from API answers

@@ -6,6 +6,7 @@
 import { $, el, pct, when } from "./dom.js";
 import * as team from "./team.js";
 import * as evidence from "./evidence.js";
+import * as appeals from "./appeals.js";
 
 const KEY_STORE = "omni.apiKey";
 
@@ -377,7 +378,11 @@ const review = {
   maxCommentChars: null,
 
   open() {
-    if (!this.opened) this.opened = (async () => { await ensureName(); await this.loadQueues(team.parseReviewHash(location.hash)); })();
+    if (!this.opened) this.opened = (async () => {
+      await ensureName();
+      await this.loadQueues(team.parseReviewHash(location.hash));
+      await appeals.load($("#appeals"), json);         // the appeals queue, when the server keeps appeals
+    })();
     return this.opened;
   },
 
