@@ -55,7 +55,7 @@ def run_qa(args: argparse.Namespace) -> int:
         return qa_target(policy, question) if policy is not None else None
 
     report = {"review_dir": str(root), "window": args.window.strip(),
-              **qa_report(ReviewDir(root), target_of, float(window_s))}
+              **qa_report(ReviewDir(root).kept_with_labels(), target_of, float(window_s))}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

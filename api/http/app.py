@@ -157,7 +157,7 @@ def _qa_estimate(svc: ServiceState) -> Callable[[], dict[str, dict]]:
         policy = svc.current_policy()
         if svc.review is None or policy is None:
             return {}
-        return qa_report(svc.review.review_dir, lambda qid: qa_target(policy, qid))["questions"]
+        return qa_report(svc.review.review_dir.kept_with_labels(), lambda qid: qa_target(policy, qid))["questions"]
 
     return estimate
 

@@ -7,18 +7,18 @@ chose them). A sampled question counts once a reviewer labelled it (k >= 2: the 
 its automatic answer is right when the label is that answer. Windows are of the decision's time (its audit record's
 `decided_at`), on the epoch grid. A question is *below target* when the whole interval is under its target: the
 evidence says precision has fallen, not merely that the sample is small.
-Knows nothing of HTTP, the model, files other than the review directory it is given, or how the samples were drawn.
+Knows nothing of HTTP, the model, files, review directories (it is handed the kept decisions and their labels) or how
+the samples were drawn.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from omni.contract.json_values import JSONObject
 from omni.contract.policy import answer_key
-from omni.review.directory import ReviewDir
 
 Z_95 = 1.959963984540054
 
@@ -59,21 +59,22 @@ class Tally:
                                for o, (n, c) in sorted(self.by_outcome.items())}}
 
 
-def qa_report(review_dir: ReviewDir, target_of: Callable[[str], float | None] = lambda qid: None,
-              window_s: float = 86400.0) -> JSONObject:
-    """{"questions": {qid: tally}, "windows": [{"start", "questions": {qid: tally}}], "alerts": [text], ...}."""
+def qa_report(kept: Iterable[tuple[JSONObject, Mapping[str, str]]],
+              target_of: Callable[[str], float | None] = lambda qid: None, window_s: float = 86400.0) -> JSONObject:
+    """`kept`: a review directory's kept decisions, each with its reviewers' labels as label ids
+    (`ReviewDir.kept_with_labels()`). {"questions": {qid: tally}, "windows": [{"start", "questions": {qid: tally}}],
+    "alerts": [text], "seeds": [...], "window_s"}."""
     overall: dict[str, Tally] = {}
     windows: dict[int, dict[str, Tally]] = {}
     seeds: set[int] = set()
-    for kept in review_dir.decisions():
-        route = kept.get("x_route")
+    for decision, labels in kept:
+        route = decision.get("x_route")
         if not isinstance(route, dict) or route.get("queue") != "qa" or not isinstance(route.get("qa"), dict):
             continue
         qa = route["qa"]
         if isinstance(qa.get("seed"), int):
             seeds.add(qa["seed"])
-        labels = review_dir.labels(str(kept["key"]))
-        start = _window_start(kept.get("audit"), window_s)
+        start = _window_start(decision.get("audit"), window_s)
         for qid, checked in (qa.get("questions") or {}).items():
             if not isinstance(checked, dict):
                 continue

@@ -208,6 +208,10 @@ class ReviewDir:
                 out[request_id] = dict(line["labels"])
         return out
 
+    def kept_with_labels(self) -> list[tuple[JSONObject, dict[str, str]]]:
+        """Every kept decision with its labels as label ids (k=1: the last given; k>=2: the consensus)."""
+        return [(kept, self.labels(str(kept["key"]))) for kept in self.decisions()]
+
     def decisions(self) -> list[JSONObject]:
         """Every kept decision ({key, request, response}); a torn last line (a crash mid-write) is skipped. The file
         is read once, then only what was appended since."""
