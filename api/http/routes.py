@@ -78,7 +78,8 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
     outcome is one it is sent for (queued too), and, with a review directory, is kept for review after its answer
     was sent (the returned task); all with its audit record. Under a policy only the decisions whose outcome is
     `review` are kept, in a queue of their own with the reasons, and the automatic ones its `[qa]` draws
-    (omni/contract/qa.py), in the QA queue; without one, every decision is. A decision a shadow
+    (omni/contract/qa.py), in the QA queue; without one, every decision is (a hash bank's answers too, in the
+    kept decisions' queue). A decision a shadow
     candidate scores goes to the log once the candidate's score is in (api/http/shadow.py), with its outcome under
     the policy the live answer was taken under."""
     svc, decision_request = service(request), request.state.decision_request
@@ -91,6 +92,8 @@ def kept(request: Request, decision: Decision, wire: JSONObject) -> BackgroundTa
                            decision_request.request_id or "")               # a full queue is counted, never waited on
     if svc.review is None:
         return None
+    if outcome is not None and outcome.match is not None and svc.policy is None:
+        return BackgroundTask(_keep, svc.review, decision_request, wire, audit, None)   # no policy: kept as all are
     if outcome is not None and outcome.overall != "review":     # automatic: to QA review when drawn for it
         policy = svc.policy_for(decision.model)
         qa = qa_sample(policy, outcome, decision_request.request_id) if policy is not None else None

@@ -563,7 +563,8 @@ const review = {
       el("h2", { class: "panel-title", text: `Item ${item.key} · confidence ${pct(item.confidence)}` }),
       shield ? el("p", { class: "shield-note", id: "exposure" }, exposureText(shield.exposure)) : null,
       item.reasons && item.reasons.length ? el("p", { class: "reasons", "data-reasons": "" },
-        `Sent to review by the policy: ${item.reasons.map((r) => r.reason ? `${r.question} (${r.reason})`
+        `Sent to review by the policy: ${item.reasons.map((r) => r.bank ? `hash bank ${r.bank}: ${r.label} (${r.medium}, ${r.distance} bits)`
+          : r.reason ? `${r.question} (${r.reason})`
           : `${r.question}: confidence ${pct(r.confidence)} below ${pct(r.auto_at)}`).join("; ")}`) : null,
       item.media.length ? media : null,
       el("div", { class: "state", text: state }),

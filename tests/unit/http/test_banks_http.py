@@ -128,6 +128,19 @@ def test_review_goes_to_the_review_queue_with_the_bank_as_the_reason(tmp_path):
     assert '"bank": "suspect"' in text and '"label": "row0"' in text
 
 
+def test_without_a_policy_a_banks_answer_is_kept_for_review_like_every_decision(tmp_path):
+    bank = write_bank(tmp_path / "suspect.csv", ("sha256", sha(PHOTO), "review"))
+    with served(bank=(str(bank),), review_dir=str(tmp_path / "review")) as (client, _):
+        assert upload(client, PHOTO, request_id="kept-bank").json()["x_outcome"]["overall"] == "review"
+        assert upload(client, OTHER, request_id="kept-model").status_code == 200
+        wait_until(lambda: client.get("/v1/review/queues").json()["queues"][0]["items"] == 2, what="two kept")
+        [queue] = client.get("/v1/review/queues").json()["queues"]
+        assert queue["id"] == "kept"
+        keys = [item["key"] for item in client.get("/v1/review/queues/kept/items").json()["items"]]
+        shown = [client.get(f"/v1/review/queues/kept/items/{key}").json() for key in keys]
+        assert sorted(bool(item["answers"]) for item in shown) == [False, True]   # the bank's has no answers
+
+
 def test_reload_by_the_route_and_by_sighup_and_a_bad_file_keeps_the_banks_in_force(tmp_path):
     from api.cli.serve import _reload_on_sighup
 
