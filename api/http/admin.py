@@ -7,12 +7,17 @@ Knows nothing of the model, the engine's internals or the environment.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from api.http import schemas
 from api.http.dependencies import require_role, service
 from omni.contract.policy import Policy
+
+if TYPE_CHECKING:
+    from omni.banks.shelf import BankShelf
 
 NO_POLICY = "this server runs without a policy (start it with --policy FILE)"
 router = APIRouter(prefix="/v1/admin", tags=["admin"], dependencies=[Depends(require_role("admin"))])
@@ -52,19 +57,22 @@ NO_BANKS = "this server runs without hash banks (start it with --bank FILE)"
 @router.get("/banks", summary="The hash banks in force: name, version, entries and PDQ threshold of each",
             response_model=None, responses=schemas.ADMIN_RESPONSES)
 async def banks_in_force(request: Request) -> JSONResponse:
-    svc = service(request)
-    if svc.banks is None:
-        raise HTTPException(404, NO_BANKS)
-    return JSONResponse({"banks": svc.banks.described(), "reloads": svc.banks.reloads})
+    banks = _banks(request)
+    return JSONResponse({"banks": banks.described(), "reloads": banks.reloads})
 
 
 @router.post("/banks/reload", summary="Read the bank files again, all or nothing (as SIGHUP does)",
              response_model=None, responses=schemas.ADMIN_RESPONSES)
 async def reload_banks(request: Request) -> JSONResponse:
-    svc = service(request)
-    if svc.banks is None:
-        raise HTTPException(404, NO_BANKS)
+    banks = _banks(request)
     from anyio import to_thread
 
-    described = await to_thread.run_sync(svc.reload_banks)   # a million entries take seconds to index
-    return JSONResponse({"banks": described, "reloads": svc.banks.reloads})
+    described = await to_thread.run_sync(service(request).reload_banks)   # a million entries: seconds to index
+    return JSONResponse({"banks": described, "reloads": banks.reloads})
+
+
+def _banks(request: Request) -> BankShelf:
+    banks = service(request).banks
+    if banks is None:
+        raise HTTPException(404, NO_BANKS)
+    return banks

@@ -36,7 +36,8 @@ from api.http.metrics import Metrics
 from api.http.review import report_dirs
 from api.http.review import router as review_router
 from api.http.routes import router
-from api.http.settings import Settings, bank_pdq_thresholds
+from api.http.settings import Settings
+from api.http.settings_lists import bank_pdq_thresholds
 from api.http.ui import router as ui_router
 from omni.contract.avrik import AVRIK_CLIENT_AGENT
 from omni.serve.surface import ServingEngine

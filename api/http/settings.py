@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from api.http.identity import parse_key_entry
-from api.http.settings_lists import SettingsError, check_adapters, coerce_list
-from omni.banks.entries import MAX_PDQ_THRESHOLD
+from api.http.settings_lists import SettingsError, bank_pdq_thresholds, check_adapters, coerce_list
 from omni.contract.config import EngineConfig
 from preprocess.media import MediaLimits, MiB
 
@@ -357,19 +356,6 @@ def _check_wellness(s: Settings) -> None:
         parse_limits(s.review_daily_limit)
     except WellnessSettingError as exc:
         raise SettingsError(str(exc)) from None
-
-
-def bank_pdq_thresholds(entries: tuple[str, ...]) -> dict[str, int]:
-    """`BANK=BITS` entries -> {bank: bits}; SettingsError naming the entry when it is not that (the banks themselves
-    are read when the app is built: a threshold for a bank not given is refused there)."""
-    out: dict[str, int] = {}
-    for entry in entries:
-        name, sep, bits = entry.partition("=")
-        if not sep or not name.strip() or not bits.strip().isdigit() or not 0 <= int(bits) <= MAX_PDQ_THRESHOLD:
-            raise SettingsError(f"bank_pdq_threshold {entry!r}: give BANK=BITS, BITS 0..{MAX_PDQ_THRESHOLD} "
-                                f"(BANK: the bank file's stem)")
-        out[name.strip()] = int(bits)
-    return out
 
 
 def _check_policy(s: Settings) -> None:

@@ -10,6 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from omni.banks.entries import MAX_PDQ_THRESHOLD
 from omni.contract.config import EngineConfig
 
 
@@ -49,3 +50,16 @@ def check_adapters(engine: EngineConfig) -> None:
         seen.add(name)
         if not Path(path).is_dir():
             raise SettingsError(f"adapters (--adapter {name}=PATH): {path!r} is not a directory")
+
+
+def bank_pdq_thresholds(entries: tuple[str, ...]) -> dict[str, int]:
+    """`BANK=BITS` entries -> {bank: bits}; SettingsError naming the entry when it is not that (the banks themselves
+    are read when the app is built: a threshold for a bank not given is refused there)."""
+    out: dict[str, int] = {}
+    for entry in entries:
+        name, sep, bits = entry.partition("=")
+        if not sep or not name.strip() or not bits.strip().isdigit() or not 0 <= int(bits) <= MAX_PDQ_THRESHOLD:
+            raise SettingsError(f"bank_pdq_threshold {entry!r}: give BANK=BITS, BITS 0..{MAX_PDQ_THRESHOLD} "
+                                f"(BANK: the bank file's stem)")
+        out[name.strip()] = int(bits)
+    return out
