@@ -4,8 +4,9 @@ hashes (misses), one query at a time; p50 / p99 per kind, the file's read and th
 index holds. Beside it, in the same run: the PDQ hash of the inspection photo (what a request's photo costs before
 its lookup) against the model's answer to the inspection request (`DecisionEngine.decide`, the embedded demo
 checkpoint, caches off), as the ratio a matched request could reach; then the real thing over HTTP: the inspection
-request answered by a bank that banks its photo (no forward pass) against the same request with an unbanked photo,
-which the model answers (goal: the matched request >= 20x faster than the model answer).
+request answered by a bank (no forward pass) — its photo an exact copy (sha256), its photo a near copy (PDQ), its
+video banked (vPDQ) — against the same request with nothing banked, which the model answers (goal: the matched
+request >= 20x faster than the model answer).
 
 Random PDQ hashes stand for a bank's (real PDQ hashes are near-balanced bit strings, as these are); the queries' and
 the bank's seeds are fixed. One faiss thread. Prints JSON lines (`env`, `bank`, `lookup` per kind, `hash_vs_model`,
@@ -94,11 +95,38 @@ def model_vs_hash(rounds: int) -> dict[str, float]:
             "pdq_hash_p50_ms": round(1000 * statistics.median(hash_s), 3)}
 
 
+def _flipped_video(data: bytes) -> bytes:
+    """The clip with every frame upside down, written again: another video to vPDQ (a model answer's request)."""
+    import io
+
+    import av
+
+    out = io.BytesIO()
+    with av.open(io.BytesIO(data)) as source, av.open(out, "w", format="mp4") as target:
+        rate = source.streams.video[0].average_rate or 8
+        stream = target.add_stream("libx264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = source.streams.video[0].width, source.streams.video[0].height, \
+            "yuv420p"
+        for index, frame in enumerate(source.decode(video=0)):
+            flipped = av.VideoFrame.from_ndarray(frame.to_ndarray(format="rgb24")[::-1].copy(), format="rgb24")
+            flipped.pts = index
+            for packet in stream.encode(flipped):
+                target.mux(packet)
+        for packet in stream.encode():
+            target.mux(packet)
+    return out.getvalue()
+
+
 def matched_vs_model(rounds: int) -> dict[str, float]:
     """The inspection request (photo, recording, video) over HTTP to `omni serve`'s app in this process (the demo
-    checkpoint, caches off, a bank banking the photo's PDQ hash with action `act`): answered by the bank, against the
-    same request with the photo turned upside down (not banked: the model answers, the banks consulted all the
-    same). One client, one request at a time, alternating."""
+    checkpoint, caches off) with one bank that holds, all with action `act`: the sha256 of the photo, the PDQ hash of
+    the photo turned upside down, and the vPDQ hash of the video. Four requests, alternating, one at a time:
+    - exact: the photo itself (its sha256 matches: nothing is decoded);
+    - pdq: a near copy of the upside-down photo (one pixel changed each round: a new sha256, the same PDQ, so the
+      photo is decoded and PDQ-hashed, and the video vPDQ-hashed, every time);
+    - vpdq: an unbanked photo and the banked video (both hashed; the video matches by vPDQ);
+    - model: an unbanked photo and an unbanked video (both hashed, nothing matches: the model answers).
+    Without the vpdq package: no vPDQ entry, no vpdq case (and the videos are not hashed)."""
     import io
 
     from fastapi.testclient import TestClient
@@ -106,36 +134,66 @@ def matched_vs_model(rounds: int) -> dict[str, float]:
 
     from api.http.app import create_app
     from api.http.settings import Settings
+    from preprocess.hashes import sha256_of, vpdq_available, vpdq_of_video
 
     request = (ROOT / "examples" / "inspection.json").read_text()
     photo = (ROOT / "examples" / "inspection" / "unit.png").read_bytes()
-    turned = io.BytesIO()
-    Image.open(io.BytesIO(photo)).rotate(180).save(turned, format="PNG")
-    rest = [("audio", ("hum.wav", (ROOT / "examples" / "inspection" / "hum.wav").read_bytes(), "audio/wav")),
-            ("videos", ("fan.mp4", (ROOT / "examples" / "inspection" / "fan.mp4").read_bytes(), "video/mp4"))]
+    image = Image.open(io.BytesIO(photo)).convert("RGB")
+    hum = ("audio", ("hum.wav", (ROOT / "examples" / "inspection" / "hum.wav").read_bytes(), "audio/wav"))
+    fan = (ROOT / "examples" / "inspection" / "fan.mp4").read_bytes()
+    other_fan = _flipped_video(fan)
+
+    def png(picture: Image.Image) -> bytes:
+        out = io.BytesIO()
+        picture.save(out, format="PNG")
+        return out.getvalue()
+
+    turned = image.rotate(180)
+    unbanked = png(image.rotate(90))
+    rows = [f"sha256,{sha256_of(photo)},unit-exact,act,bench,2026-12-04T00:00:00Z",
+            f"pdq,{pdq_of_image(MediaItem('images', 0, png(turned))).hex},unit-turned,act,bench,2026-12-04T00:00:00Z"]
+    with_vpdq = vpdq_available()
+    if with_vpdq:
+        value = ";".join(f.line() for f in vpdq_of_video(MediaItem("videos", 0, fan)))
+        rows.append(f'vpdq,"{value}",fan,act,bench,2026-12-04T00:00:00Z')
+
+    def near_copy(round_number: int) -> bytes:
+        copy = turned.copy()
+        copy.putpixel((round_number % copy.width, 0), (round_number % 256, 0, 0))
+        return png(copy)
+
+    cases = {"exact": lambda i: (photo, other_fan), "pdq": lambda i: (near_copy(i), other_fan),
+             **({"vpdq": lambda i: (unbanked, fan)} if with_vpdq else {}), "model": lambda i: (unbanked, other_fan)}
     with tempfile.TemporaryDirectory(prefix="omni-banks-") as work:
         bank = Path(work) / "known.csv"
-        bank.write_text("hash_type,hash,label,action,source,added\n"
-                        f"pdq,{pdq_of_image(MediaItem('images', 0, photo)).hex},unit,act,bench,2026-12-04T00:00:00Z\n")
+        bank.write_text("hash_type,hash,label,action,source,added\n" + "\n".join(rows) + "\n")
         settings = Settings().with_values({"bank": (str(bank),), "torch_threads": 1, "media_cache_mb": 0,
                                            "prefix_cache_mb": 0})
         with TestClient(create_app(settings)) as client:
             while client.get("/ready").status_code != 200:
                 time.sleep(0.05)
-            times: dict[str, list[float]] = {"matched": [], "model": []}
-            for i in range(rounds + 1):                # the first round warms both up
-                for kind, image in (("matched", photo), ("model", turned.getvalue())):
-                    files = [("images", ("unit.png", image, "image/png")), *rest]
+            times: dict[str, list[float]] = {kind: [] for kind in cases}
+            for i in range(rounds + 1):                # the first round warms them up (and starts the vPDQ worker)
+                for kind, media in cases.items():
+                    image_bytes, video = media(i)
+                    files = [("images", ("unit.png", image_bytes, "image/png")), hum,
+                             ("videos", ("fan.mp4", video, "video/mp4"))]
                     started = time.perf_counter()
                     answer = client.post("/v1/systemone", data={"request": request}, files=files)
                     elapsed = time.perf_counter() - started
                     assert answer.status_code == 200, answer.text
-                    assert ("x_match" in answer.json()) == (kind == "matched")
+                    match = answer.json().get("x_match")
+                    assert (match is None) == (kind == "model"), (kind, match)
+                    assert match is None or match["hash_type"] == {"exact": "sha256"}.get(kind, kind), (kind, match)
                     if i:
                         times[kind].append(elapsed)
-    matched, model = statistics.median(times["matched"]), statistics.median(times["model"])
-    return {"matched_p50_ms": round(1000 * matched, 3), "model_p50_ms": round(1000 * model, 3),
-            "model_over_matched": round(model / matched, 2)}
+    p50 = {kind: statistics.median(values) for kind, values in times.items()}
+    out: dict[str, float] = {"model_p50_ms": round(1000 * p50["model"], 3)}
+    for kind in cases:
+        if kind != "model":
+            out[f"{kind}_p50_ms"] = round(1000 * p50[kind], 3)
+            out[f"model_over_{kind}"] = round(p50["model"] / p50[kind], 2)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     emit("summary", entries=args.entries, near_p50_ms=round(1000 * results["near copy"], 4),
          random_p50_ms=round(1000 * results["random"], 4), smoke=args.smoke,
          model_over_hash_and_lookup=round(figures["model_p50_ms"] / cost_ms, 2),
-         model_over_matched=served["model_over_matched"])
+         model_over_exact=served["model_over_exact"], model_over_pdq=served["model_over_pdq"],
+         model_over_vpdq=served.get("model_over_vpdq"))
     return 0
 
 

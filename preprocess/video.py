@@ -371,6 +371,15 @@ def _set_threads(video: av.video.stream.VideoStream, threads: int) -> None:
     context.thread_type = "AUTO" if threads > 2 else "NONE"
 
 
+def check_video_header(item: MediaItem, limits: MediaLimits = MediaLimits()) -> None:
+    """The limits `decode_video` checks before decoding (a picture stream, its frame size, the duration its header
+    claims), without decoding: typed `MediaError` on bad input. For a caller about to hand the bytes to another
+    decoder (a vPDQ hasher)."""
+    with open_container(item.data, item) as container:
+        video, _ = _streams(container, item)
+        _check_header(video, container, item, limits)
+
+
 def _expected_frames(video: av.video.stream.VideoStream, container: av.container.InputContainer,
                      policy: VideoFramePolicy) -> int:
     """Frames at `policy.fps` the header's duration promises (a first guess for the patch buffer; 16 if none)."""

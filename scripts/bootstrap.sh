@@ -57,6 +57,19 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
     echo "no mosquitto found: the MQTT tests will be skipped (apt-get install mosquitto)" >&2
   fi
 fi
+# vPDQ (the [vpdq] extra: video hash banks) builds against FFmpeg's development libraries: Debian's, then the extra.
+if ! .venv/bin/python -c "import vpdq" 2>/dev/null; then
+  vpdq_apt="pkg-config cmake g++ libavcodec-dev libavformat-dev libavdevice-dev libavfilter-dev libswresample-dev libswscale-dev libavutil-dev"
+  if ! pkg-config --exists libavdevice libavfilter libswresample 2>/dev/null && [ "$(id -u)" = "0" ] \
+      && command -v apt-get >/dev/null 2>&1; then
+    echo "installing FFmpeg's development libraries for vpdq (video hash banks)" >&2
+    # shellcheck disable=SC2086  # a list of packages
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $vpdq_apt \
+      >/dev/null) || echo "could not install FFmpeg's development libraries: the vPDQ tests will be skipped" >&2
+  fi
+  .venv/bin/python -m pip install -q --no-compile -e ".[vpdq]" \
+    || echo "could not build vpdq (needs: $vpdq_apt): the vPDQ tests will be skipped" >&2
+fi
 # The accessibility test (tests/browser/test_accessibility.py) runs axe-core in the page: installed from the npm
 # registry into the git-ignored .venv/axe, at one pinned version.
 AXE_CORE_VERSION=4.14.1

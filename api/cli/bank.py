@@ -1,13 +1,16 @@
 """`omni bank check FILE...`: bank files read and checked (every mistake named by file, line and field; exit 2);
-`omni bank lookup FILE... --image PHOTO --file ANY`: what those media match in those banks, as JSON lines;
-`omni bank add BANK --from REVIEW_DIR --where QUESTION=ANSWER --action A --label L`: reviewed items become entries.
+`omni bank lookup FILE... --image PHOTO --video CLIP --file ANY`: what those media match in those banks, as JSON lines;
+`omni bank add BANK --from REVIEW_DIR (--where QUESTION=ANSWER | --flagged) --action A --label L`: reviewed items
+become entries.
 
-`lookup` hashes each photo as a request's photo would be (upright pixels, PDQ) and every file by its sha256, and
-prints one line per medium: its hashes and its matches, nearest first. `add` reads a review directory's labelled
-items (`labels.jsonl`, the reviewers' labels), keeps those whose label for QUESTION is ANSWER, and appends an entry
-per medium to BANK (created with its header when new): a photo by PDQ, a recording or video by sha256; a hash the
-bank already holds is skipped, a photo too flat for PDQ (quality below 50) is banked by sha256 instead. Each new entry
-is checked before the bank is rewritten beside itself and moved over it. None loads a model. Knows nothing of the engine or HTTP.
+`lookup` hashes each photo as a request's photo would be (upright pixels, PDQ), each video by vPDQ (the `vpdq`
+package), every file by its sha256, and prints one line per medium: its hashes and its matches, nearest first. `add`
+reads a review directory's items and keeps those whose reviewers' label for QUESTION is ANSWER (`labels.jsonl`), or,
+with `--flagged`, those a reviewer flagged (a flag in force in `history.jsonl`), and appends an entry per medium to
+BANK (created with its header when new): a photo by PDQ, a video by vPDQ (with the `vpdq` package), a recording by
+sha256; a hash the bank already holds is skipped, a photo or video too flat for PDQ (quality below 50) is banked by
+sha256 instead. Each new entry is checked before the bank is rewritten beside itself and moved over it. None loads a
+model. Knows nothing of the engine or HTTP.
 """
 from __future__ import annotations
 
@@ -16,8 +19,12 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from omni.banks.entries import DEFAULT_PDQ_THRESHOLD, MAX_PDQ_THRESHOLD
+
+if TYPE_CHECKING:
+    from preprocess.item import MediaItem
 
 
 def add_bank_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +34,8 @@ def add_bank_arguments(parser: argparse.ArgumentParser) -> None:
     lookup = sub.add_parser("lookup", help="what photos and files match in the banks")
     lookup.add_argument("banks", nargs="+", type=Path, help="bank files (.csv or .jsonl)")
     lookup.add_argument("--image", action="append", default=[], type=Path, help="a photo: PDQ and sha256 (repeatable)")
+    lookup.add_argument("--video", action="append", default=[], type=Path,
+                        help="a video: vPDQ and sha256 (repeatable; needs the vpdq package)")
     lookup.add_argument("--file", action="append", default=[], type=Path, help="any medium: sha256 (repeatable)")
     lookup.add_argument("--pdq-threshold", type=int, default=DEFAULT_PDQ_THRESHOLD,
                         help=f"Hamming bits of 256 within which a PDQ hash matches (0..{MAX_PDQ_THRESHOLD}; "
@@ -34,8 +43,10 @@ def add_bank_arguments(parser: argparse.ArgumentParser) -> None:
     add = sub.add_parser("add", help="append a review directory's items with a given label to a bank")
     add.add_argument("bank", type=Path, help="the bank file to append to (.csv or .jsonl; created when missing)")
     add.add_argument("--from", dest="review_dir", type=Path, required=True, help="a review directory")
-    add.add_argument("--where", required=True, metavar="QUESTION=ANSWER",
-                     help="the reviewers' label that selects items: a noul true/false, a choice id, a score level")
+    chosen = add.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--where", metavar="QUESTION=ANSWER",
+                        help="the reviewers' label that selects items: a noul true/false, a choice id, a score level")
+    chosen.add_argument("--flagged", action="store_true", help="the items a reviewer flagged (a flag in force)")
     add.add_argument("--action", required=True, choices=("act", "review", "pass", "flag"),
                      help="what a match will stand for (docs/banks.md)")
     add.add_argument("--label", required=True, help="the entries' label: what the content is")
@@ -61,26 +72,34 @@ def run_bank(args: argparse.Namespace) -> int:
 
 def _lookup(files: list, args: argparse.Namespace) -> int:
     from omni.banks.index import Bank
-    from preprocess.hashes import pdq_of_image, sha256_of
+    from preprocess.hashes import pdq_of_image, sha256_of, vpdq_of_video
     from preprocess.item import MediaItem
 
-    if not args.image and not args.file:
-        print("omni bank lookup: give at least one --image PHOTO or --file ANY", file=sys.stderr)
+    if not args.image and not args.file and not args.video:
+        print("omni bank lookup: give at least one --image PHOTO, --video CLIP or --file ANY", file=sys.stderr)
         return 2
     banks = [Bank(file, pdq_threshold=args.pdq_threshold) for file in files]
-    for path, is_image in [*((p, True) for p in args.image), *((p, False) for p in args.file)]:
+    media = [*((p, "images") for p in args.image), *((p, "videos") for p in args.video), *((p, "") for p in args.file)]
+    for path, slot in media:
         data = path.read_bytes()
-        hashes = {"sha256": sha256_of(data)}
+        hashes: dict = {"sha256": sha256_of(data)}
         line: dict = {"medium": str(path)}
-        if is_image:
+        matches = [match for bank in banks for match in bank.match("sha256", hashes["sha256"])]
+        if slot == "images":
             pdq = pdq_of_image(MediaItem("images", 0, data, origin=f"--image {path.name}"))
-            hashes["pdq"] = pdq.hex
-            line["pdq_quality"] = pdq.quality
-        matches = [match for bank in banks for kind, value in hashes.items() for match in bank.match(kind, value)]
+            hashes["pdq"], line["pdq_quality"] = pdq.hex, pdq.quality
+            matches += [match for bank in banks for match in bank.match("pdq", pdq.hex)]
+        elif slot == "videos":
+            features = vpdq_of_video(MediaItem("videos", 0, data, origin=f"--video {path.name}"))
+            hashes["vpdq"] = ";".join(feature.line() for feature in features)
+            frames = [(feature.quality, feature.hex) for feature in features]
+            matches += [match for bank in banks for match in bank.match_video(frames)]
         matches.sort(key=lambda match: match.distance)
         line["hashes"] = hashes
         line["matches"] = [{"bank": m.bank, "version": m.version, "hash_type": m.entry.hash_type,
                             "label": m.entry.label, "action": m.entry.action, "distance": m.distance,
+                            **({"banked_match_percent": m.banked_percent, "query_match_percent": m.query_percent}
+                               if m.banked_percent is not None else {}),
                             "source": m.entry.source, "added": m.entry.added, "line": m.entry.line}
                            for m in matches]
         print(json.dumps(line))
@@ -96,48 +115,76 @@ def _add(args: argparse.Namespace) -> int:
     from omni.banks.entries import FIELDS, read_bank
     from omni.learn.dataset import load_dataset
     from omni.review.directory import dataset_path
-    from preprocess.hashes import pdq_of_image, sha256_of
 
     problem = _add_problem(args)
     if problem:
         print(f"omni bank add: {problem}", file=sys.stderr)
         return 2
-    question, _, answer = args.where.partition("=")
     bank_path: Path = args.bank
     existing = read_bank(bank_path) if bank_path.exists() else None
     held = {(e.hash_type, e.hash) for e in existing.entries} if existing else set()
-    records = load_dataset(dataset_path(args.review_dir))
-    if records and all(question not in {q.id for q in r.request.questions} for r in records):
-        print(f"omni bank add: --where: no item of {args.review_dir} asks {question!r}", file=sys.stderr)
-        return 2
+    if args.flagged:
+        selected = _flagged(args.review_dir)
+    else:
+        records = load_dataset(dataset_path(args.review_dir))
+        question, _, answer = args.where.partition("=")
+        if records and all(question not in {q.id for q in r.request.questions} for r in records):
+            print(f"omni bank add: --where: no item of {args.review_dir} asks {question!r}", file=sys.stderr)
+            return 2
+        selected = [(f"line{r.line}", r.request) for r in records if r.labels.get(question) in (answer, answer.lower())]
     added_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rows, chosen, media = [], 0, 0
-    for record in records:
-        if record.labels.get(question) not in (answer, answer.lower()):
-            continue
-        chosen += 1
-        for item in record.request.media:
+    rows, media = [], 0
+    for where, request in selected:
+        for item in request.media:
             media += 1
-            kind, value = "sha256", sha256_of(item.data)
-            if item.slot == "images":
-                pdq = pdq_of_image(item)
-                if pdq.quality >= MIN_PDQ_QUALITY:
-                    kind, value = "pdq", pdq.hex
+            kind, value = _banked_hash(item)
             if (kind, value) in held:
                 continue
             held.add((kind, value))
             rows.append({"hash_type": kind, "hash": value, "label": args.label, "action": args.action,
-                         "source": f"review:{args.review_dir.name}#line{record.line}", "added": added_at})
+                         "source": f"review:{args.review_dir.name}#{where}", "added": added_at})
     _write_with(bank_path, rows, FIELDS)
-    print(json.dumps({"bank": str(bank_path), "items": chosen, "media": media, "added": len(rows),
+    print(json.dumps({"bank": str(bank_path), "items": len(selected), "media": media, "added": len(rows),
                       "already_banked": media - len(rows)}))
     return 0
 
 
+def _flagged(review_dir: Path) -> list[tuple[str, Any]]:
+    """(the item's key, its request) of every item a reviewer flagged (a flag in force) whose request the directory
+    holds."""
+    from omni.contract.config import EngineConfig
+    from omni.contract.request_line import parse_request_line
+    from omni.review.directory import ReviewDir
+
+    config = EngineConfig()
+    return [(key, parse_request_line(json.dumps(body), review_dir, config))
+            for key, body in ReviewDir(review_dir).flagged_requests()]
+
+
+def _banked_hash(item: MediaItem) -> tuple[str, str]:
+    """How a reviewed medium is banked: a photo by PDQ, a video by vPDQ (when `vpdq` is installed), both by sha256
+    when too flat for PDQ to say much (quality below 50); a recording by sha256."""
+    from omni.banks.entries import VPDQ_MIN_QUALITY
+    from preprocess.hashes import pdq_of_image, sha256_of, vpdq_available, vpdq_of_video
+
+    if item.slot == "images":
+        pdq = pdq_of_image(item)
+        if pdq.quality >= MIN_PDQ_QUALITY:
+            return "pdq", pdq.hex
+    elif item.slot == "videos" and vpdq_available():
+        features = vpdq_of_video(item)
+        if any(feature.quality >= VPDQ_MIN_QUALITY for feature in features):
+            return "vpdq", ";".join(feature.line() for feature in features)
+    return "sha256", sha256_of(item.data)
+
+
 def _add_problem(args: argparse.Namespace) -> str | None:
-    question, sep, answer = args.where.partition("=")
-    if not sep or not question or not answer:
-        return f"--where {args.where!r}: write QUESTION=ANSWER (e.g. label_visible=false)"
+    if args.where is not None:
+        question, sep, answer = args.where.partition("=")
+        if not sep or not question or not answer:
+            return f"--where {args.where!r}: write QUESTION=ANSWER (e.g. label_visible=false)"
+    if not (args.review_dir / "labels.jsonl").exists() and not args.review_dir.is_dir():
+        return f"--from {args.review_dir}: not a review directory"
     if not args.label.strip() or len(args.label) > 128:
         return f"--label: 1-128 characters, not {len(args.label)}"
     if args.bank.suffix.lower() not in (".csv", ".jsonl"):

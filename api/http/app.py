@@ -110,6 +110,8 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
         if decision_log is not None:         # what the drained requests queued is written before the exit
             stats = await anyio.to_thread.run_sync(lambda: decision_log.close(drain=True))
             log.info("decision log closed: %d written, %d dropped", stats.written, stats.dropped)
+        if banks is not None:                # the vPDQ hashing workers, if any started
+            await anyio.to_thread.run_sync(banks.close)
 
     app = FastAPI(title="omni-decide", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None,   # served by routes.py, behind the API keys unless --public-docs
@@ -173,7 +175,10 @@ def _banks(settings: Settings) -> BankShelf | None:
     except ImportError as exc:
         raise BankError(f"--bank needs the [banks] extra (pdqhash, faiss-cpu): pip install 'omni-decide[banks]' "
                         f"({exc})") from None
-    shelf = BankShelf(settings.bank, bank_pdq_thresholds(settings.bank_pdq_threshold))
+    from omni.banks.video_hasher import VideoHasher
+
+    shelf = BankShelf(settings.bank, bank_pdq_thresholds(settings.bank_pdq_threshold),
+                      VideoHasher(settings.bank_vpdq_workers, settings.bank_vpdq_timeout_s))
     for bank in shelf.described():
         log.info("bank %r: %d entries, version %s, PDQ threshold %d bits, from %s", bank["name"], bank["entries"],
                  bank["version"], bank["pdq_threshold"], bank["path"])

@@ -71,6 +71,8 @@ class Settings:
     # hash banks (docs/banks.md): media matched before the model; reloaded on SIGHUP or the admin route
     bank: tuple[str, ...] = ()               # bank files (CSV/JSONL), consulted in this order
     bank_pdq_threshold: tuple[str, ...] = ()   # `BANK=BITS`: a bank's PDQ threshold (0..63; default 31)
+    bank_vpdq_workers: int = 1               # processes hashing request videos by vPDQ (when a bank holds vpdq)
+    bank_vpdq_timeout_s: float = 20.0        # a video not hashed by then is a counted miss (its worker restarted)
     webhook: str | None = None               # POST each decision whose outcome is in webhook_on to this URL
     webhook_secret: str | None = field(default=None, repr=False)   # HMAC-SHA256 key of X-Omni-Signature
     webhook_on: tuple[str, ...] = ("act", "review")   # the overall outcomes that are sent
@@ -291,6 +293,9 @@ def _check(s: Settings) -> None:
     _check_decision_log(s)
     _check_policy(s)
     bank_pdq_thresholds(s.bank_pdq_threshold)
+    if s.bank_vpdq_workers < 1 or not s.bank_vpdq_timeout_s > 0:
+        raise SettingsError(f"bank_vpdq_workers must be >= 1 and bank_vpdq_timeout_s > 0, got "
+                            f"{s.bank_vpdq_workers} and {s.bank_vpdq_timeout_s:g}")
     _check_wellness(s)
     _check_cluster(s)
     check_adapters(s.engine)

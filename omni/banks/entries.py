@@ -3,7 +3,8 @@
 CSV (a header row naming the columns) or JSONL (one object per line), by the file's extension:
 
     hash_type   pdq | vpdq | sha256
-    hash        lowercase or uppercase hex: 64 digits (PDQ's 256 bits, a sha256); vPDQ: a frame's PDQ hash
+    hash        pdq, sha256: 64 hex digits (PDQ's 256 bits in ThreatExchange's order; a sha256); vpdq: a video's
+                vPDQ hash, its hash file's lines `FRAME,QUALITY,HEX,SECONDS` joined by `;` (at most 100,000 frames)
     label       what the content is ("known-csam", "approved-logo", ...): 1-128 characters
     action      act | review | pass: the outcome a match stands for (known-bad acted on, known-good passed, or
                 sent to review) without a forward pass; flag: the model answers as always and the match rides
@@ -37,6 +38,8 @@ HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 MAX_BANK_BYTES = 1024 * 1024 * 1024
 DEFAULT_PDQ_THRESHOLD = 31     # Hamming bits of 256: the threshold PDQ's authors give for a match
 MAX_PDQ_THRESHOLD = 63
+MAX_VPDQ_FRAMES = 100_000
+VPDQ_MIN_QUALITY = 50          # vPDQ's quality filter: frames below it are not compared (flat frames say little)
 
 
 class BankError(OmniError):
@@ -140,9 +143,7 @@ def parse_entry(row: dict[str, Any], path: Path, line: int) -> BankEntry:
     hash_type = field("hash_type").lower()
     if hash_type not in HASH_TYPES:
         raise BankError(f"{path}: line {line}: hash_type: {hash_type!r} is not one of {', '.join(HASH_TYPES)}")
-    value = field("hash")
-    if not HEX64.match(value):
-        raise BankError(f"{path}: line {line}: hash: a {hash_type} hash is 64 hex digits, not {value[:70]!r}")
+    value = _checked_hash(hash_type, field("hash"), path, line)
     label, source = field("label"), field("source")
     if len(label) > 128:
         raise BankError(f"{path}: line {line}: label: {len(label)} characters; at most 128")
@@ -158,3 +159,50 @@ def parse_entry(row: dict[str, Any], path: Path, line: int) -> BankEntry:
         raise BankError(f"{path}: line {line}: added: {added!r} needs a time zone (Z or +hh:mm)")
     return BankEntry(hash_type=hash_type, hash=value.lower(), label=label, action=action, source=source,
                      added=added, line=line)
+
+
+def _checked_hash(hash_type: str, value: str, path: Path, line: int) -> str:
+    if hash_type == "vpdq":
+        return canonical_vpdq(value, path, line)
+    if not HEX64.match(value):
+        raise BankError(f"{path}: line {line}: hash: a {hash_type} hash is 64 hex digits, not {value[:70]!r}")
+    return value
+
+
+def vpdq_features(value: str) -> list[tuple[int, int, str, float]]:
+    """A vpdq entry's hash as (frame, quality, hex, seconds) per frame; ValueError naming the frame at fault."""
+    features = []
+    for number, part in enumerate(value.split(";"), start=1):
+        fields = [piece.strip() for piece in part.split(",")]
+        if len(fields) != 4:
+            raise ValueError(f"frame {number}: {part.strip()[:80]!r} is not FRAME,QUALITY,HEX,SECONDS")
+        frame, quality, digits, seconds = fields
+        if not frame.isdigit() or not quality.isdigit() or not 0 <= int(quality) <= 100:
+            raise ValueError(f"frame {number}: the frame number and quality are whole numbers (quality 0..100), "
+                             f"not {frame!r} and {quality!r}")
+        if not HEX64.match(digits):
+            raise ValueError(f"frame {number}: a frame's PDQ hash is 64 hex digits, not {digits[:70]!r}")
+        try:
+            time_s = float(seconds)
+        except ValueError:
+            raise ValueError(f"frame {number}: seconds {seconds!r} is not a number") from None
+        if not time_s >= 0:
+            raise ValueError(f"frame {number}: seconds {seconds!r} is not a time >= 0")
+        features.append((int(frame), int(quality), digits.lower(), time_s))
+        if len(features) > MAX_VPDQ_FRAMES:
+            raise ValueError(f"over {MAX_VPDQ_FRAMES} frames")
+    return features
+
+
+def canonical_vpdq(value: str, path: Path, line: int) -> str:
+    """A vpdq hash checked and written one way (lowercase hex, seconds to the millisecond, no spaces), so the same
+    video banked twice is the same hash; one no frame of which reaches quality 50 can never match and is refused."""
+    try:
+        features = vpdq_features(value)
+    except ValueError as exc:
+        raise BankError(f"{path}: line {line}: hash: a vpdq hash is its frames' FRAME,QUALITY,HEX,SECONDS joined "
+                        f"by ';': {exc}") from None
+    if all(quality < VPDQ_MIN_QUALITY for _, quality, _, _ in features):
+        raise BankError(f"{path}: line {line}: hash: no frame of this vpdq hash has quality >= {VPDQ_MIN_QUALITY} "
+                        "(vPDQ compares no other frames): it could never match")
+    return ";".join(f"{frame},{quality},{digits},{seconds:.3f}" for frame, quality, digits, seconds in features)

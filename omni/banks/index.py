@@ -1,4 +1,4 @@
-"""A bank indexed for lookup: PDQ (and vPDQ frame) hashes by Hamming distance, sha256 exactly.
+"""A bank indexed for lookup: PDQ hashes and vPDQ videos' frames by Hamming distance, sha256 exactly.
 
 PDQ lookups use faiss' multi-index hashing (`IndexBinaryMultiHash`): the 256 bits cut into 16 chunks of 16 bits,
 each chunk a hash table; a query probes every bucket within `nflip` flipped bits of its own chunks. Two hashes at
@@ -9,6 +9,12 @@ it), at about a millisecond for a million entries here instead of a scan of all 
     bank = Bank(read_bank("known.csv"), pdq_threshold=31)
     bank.match("pdq", "f8f8…")        # [Match(bank, version, entry, distance)], nearest first
     bank.match("sha256", "9f86…")
+    bank.match_video([(quality, "f8f8…"), ...])   # the vPDQ entries a video's frames match
+
+A vPDQ match is vPDQ's own rule (its README's comparison algorithm): each side's frames deduplicated by hash and
+those below quality 50 dropped; a banked video matches when at least 80 % of its frames are within the threshold of
+some frame of the request's video (and at least 0 % the other way: extra content around a banked clip does not
+hide it). Every frame of every vpdq entry is in one multi-index, so a video's frames are looked up, not scanned.
 
 The default threshold, 31 of 256 bits, is the one PDQ's authors give for matching; `pdq_threshold` sets another
 per bank (0..63).
@@ -21,10 +27,20 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from omni.banks.entries import DEFAULT_PDQ_THRESHOLD, MAX_PDQ_THRESHOLD, BankEntry, BankError, BankFile
+from omni.banks.entries import (
+    DEFAULT_PDQ_THRESHOLD,
+    MAX_PDQ_THRESHOLD,
+    VPDQ_MIN_QUALITY,
+    BankEntry,
+    BankError,
+    BankFile,
+    vpdq_features,
+)
 
 PDQ_BITS = 256
 CHUNKS, CHUNK_BITS = 16, 16
+VPDQ_BANKED_PERCENT = 80.0     # vPDQ's comparison threshold: how much of the banked video must be matched
+VPDQ_QUERY_PERCENT = 0.0       # and how much of the request's video (0: padding around a banked clip is no escape)
 
 
 @dataclass(frozen=True)
@@ -32,7 +48,9 @@ class Match:
     bank: str
     version: str
     entry: BankEntry
-    distance: int          # Hamming bits (0 for sha256)
+    distance: int          # Hamming bits (0 for sha256; vpdq: the farthest of the matched frames' nearest)
+    banked_percent: float | None = None    # vpdq: the share of the banked video's frames matched
+    query_percent: float | None = None     # vpdq: the share of the request's video's frames matched
 
 
 class PdqIndex:
@@ -71,8 +89,17 @@ class Bank:
                 self._sha256[entry.hash] = entry
             else:
                 self._entries[entry.hash_type].append(entry)
-        self._indexes = {kind: PdqIndex([bytes.fromhex(e.hash) for e in entries], pdq_threshold)
-                         for kind, entries in self._entries.items()}
+        self._pdq = PdqIndex([bytes.fromhex(e.hash) for e in self._entries["pdq"]], pdq_threshold)
+        frames: list[bytes] = []
+        self._frame_owner: list[tuple[int, int]] = []      # index position -> (vpdq entry, its frame)
+        self._video_frames: list[int] = []                 # per vpdq entry: its frames compared
+        for number, entry in enumerate(self._entries["vpdq"]):
+            kept = compared_frames([(quality, digits) for _, quality, digits, _ in vpdq_features(entry.hash)])
+            self._video_frames.append(len(kept))
+            for position, digits in enumerate(kept):
+                frames.append(bytes.fromhex(digits))
+                self._frame_owner.append((number, position))
+        self._vpdq = PdqIndex(frames, pdq_threshold)
 
     def __len__(self) -> int:
         return len(self.file.entries)
@@ -80,6 +107,10 @@ class Bank:
     @property
     def pdq_entries(self) -> int:
         return len(self._entries["pdq"])
+
+    @property
+    def vpdq_entries(self) -> int:
+        return len(self._entries["vpdq"])
 
     def match(self, hash_type: str, value: str | bytes) -> list[Match]:
         """Entries of `hash_type` matching `value` (hex or raw bytes), nearest first."""
@@ -89,8 +120,38 @@ class Bank:
         if hash_type == "sha256":
             entry = self._sha256.get(raw.hex())
             return [Match(self.name, self.version, entry, 0)] if entry else []
-        if hash_type not in self._indexes:
-            raise ValueError(f"unknown hash type {hash_type!r}")
-        entries = self._entries[hash_type]
+        if hash_type != "pdq":
+            raise ValueError(f"unknown hash type {hash_type!r} (a video's vpdq: match_video)")
+        entries = self._entries["pdq"]
         return [Match(self.name, self.version, entries[position], distance)
-                for position, distance in self._indexes[hash_type].within(raw, self.pdq_threshold)]
+                for position, distance in self._pdq.within(raw, self.pdq_threshold)]
+
+    def match_video(self, frames: list[tuple[int, str]]) -> list[Match]:
+        """The vpdq entries a video's frames, (quality, hex) each, match by vPDQ's rule; nearest first."""
+        query = compared_frames(frames)
+        if not query or not self._entries["vpdq"]:
+            return []
+        hit_frames: dict[int, set[int]] = {}          # entry -> its frames some query frame is near
+        nearest: dict[int, dict[str, int]] = {}       # entry -> query frame -> its nearest distance
+        for digits in query:
+            for position, distance in self._vpdq.within(bytes.fromhex(digits), self.pdq_threshold):
+                entry, frame = self._frame_owner[position]
+                hit_frames.setdefault(entry, set()).add(frame)
+                best = nearest.setdefault(entry, {})
+                best[digits] = min(distance, best.get(digits, distance))
+        found = []
+        for entry, frames_hit in hit_frames.items():
+            banked = 100.0 * len(frames_hit) / self._video_frames[entry]
+            queried = 100.0 * len(nearest[entry]) / len(query)
+            if banked >= VPDQ_BANKED_PERCENT and queried >= VPDQ_QUERY_PERCENT:
+                found.append(Match(self.name, self.version, self._entries["vpdq"][entry], max(nearest[entry].values()),
+                                   round(banked, 1), round(queried, 1)))
+        return sorted(found, key=lambda match: (match.distance, -(match.banked_percent or 0.0), match.entry.line))
+
+
+def compared_frames(frames: list[tuple[int, str]]) -> list[str]:
+    """vPDQ's frames to compare: each hash once (its first frame's quality), those below quality 50 dropped."""
+    seen: dict[str, int] = {}
+    for quality, digits in frames:
+        seen.setdefault(digits, quality)
+    return [digits for digits, quality in seen.items() if quality >= VPDQ_MIN_QUALITY]

@@ -1,8 +1,11 @@
 """A request's media looked up in the banks in force: which entries match, and whether a match decides the request.
 
-`BankSet(banks).consult(items, limits)` hashes every medium once (sha256 of its bytes; PDQ of a photo as the model
-sees it, upright, when some bank holds PDQ hashes) and looks each hash up in every bank. A photo that cannot be decoded is no error here: it is
-noted as a hash failure (the model's own decoding answers for it) and the sha256 lookups still run.
+`BankSet(banks, video_features).consult(items, limits)` hashes every medium once and looks each hash up in every
+bank: first every medium's sha256 (its bytes); then, unless an exact copy already matched an `act` entry (nothing
+could outrank it: the request is acted on without decoding anything), each photo's PDQ as the model sees it
+(upright), when some bank holds PDQ hashes, and each video's vPDQ (`video_features`, a worker process's), when some
+bank holds vPDQ hashes. A medium that cannot be hashed is no error here: it is noted as a hash failure (the model's
+own decoding answers for it) and its sha256 lookups still count.
 
 Which match is shown and whether it decides without a forward pass (`Verdict`):
 - `act` or `review`: one matching medium is enough — known-bad content is acted on, or sent to people, whatever the
@@ -17,14 +20,17 @@ Knows nothing of HTTP, the engine, the model, policies or how a verdict is shown
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from omni.banks.index import Bank, Match
 from preprocess.errors import MediaError
-from preprocess.hashes import pdq_of_image, sha256_of
+from preprocess.hashes import VpdqFeature, pdq_of_image, sha256_of
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
+
+VideoFeatures = Callable[[MediaItem, MediaLimits], tuple[VpdqFeature, ...]]
+HASH_FAILURES = (MediaError, ValueError, RuntimeError, MemoryError, OSError)   # the model's decoding answers for it
 
 PRECEDENCE = {"act": 0, "review": 1, "pass": 2, "flag": 3}
 DECIDING = ("act", "review")
@@ -33,16 +39,20 @@ DECIDING = ("act", "review")
 @dataclass(frozen=True)
 class MediumMatch:
     medium: str            # "images[0]": the request's slot and index
-    hash_type: str         # pdq | sha256
+    hash_type: str         # pdq | vpdq | sha256
     match: Match
 
     def to_wire(self) -> dict:
         """`x_match`: the bank (name, version), the entry's label, action, source and line, the distance in bits,
         the medium and the hash type it matched by."""
         entry = self.match.entry
-        return {"bank": self.match.bank, "version": self.match.version, "label": entry.label,
+        wire = {"bank": self.match.bank, "version": self.match.version, "label": entry.label,
                 "distance": self.match.distance, "action": entry.action, "medium": self.medium,
                 "hash_type": self.hash_type, "source": entry.source, "line": entry.line}
+        if self.match.banked_percent is not None:      # vpdq: how much of each video matched
+            wire["banked_match_percent"] = self.match.banked_percent
+            wire["query_match_percent"] = self.match.query_percent
+        return wire
 
 
 @dataclass(frozen=True)
@@ -60,11 +70,16 @@ class Verdict:
 
 
 class BankSet:
-    """The banks in force, in the order given; immutable (a reload builds a new one)."""
+    """The banks in force, in the order given; immutable (a reload builds a new one). `video_features` computes a
+    video's vPDQ (required when a bank holds vpdq entries)."""
 
-    def __init__(self, banks: Sequence[Bank]):
+    def __init__(self, banks: Sequence[Bank], video_features: VideoFeatures | None = None):
         self.banks = tuple(banks)
         self.has_pdq = any(bank.pdq_entries for bank in self.banks)   # else photos are not decoded to be hashed
+        self.has_vpdq = any(bank.vpdq_entries for bank in self.banks)  # else videos are not
+        if self.has_vpdq and video_features is None:
+            raise ValueError("a bank holds vpdq hashes: give video_features")
+        self.video_features = video_features
 
     def __len__(self) -> int:
         return len(self.banks)
@@ -77,29 +92,57 @@ class BankSet:
         if not self.banks or not items:
             return Verdict(media=len(items))
         started = time.perf_counter()
-        found: list[tuple[tuple, MediumMatch]] = []
+        found = _Found()
         failures: list[str] = []
-        matched_by_medium: dict[str, set[str]] = {}
-        for position, item in enumerate(items):
-            medium = f"{item.slot}[{item.index}]"
-            hashes = [("sha256", sha256_of(item.data))]
-            if item.slot == "images" and self.has_pdq:
-                try:
-                    hashes.append(("pdq", pdq_of_image(item, limits).hex))
-                except (MediaError, ValueError, RuntimeError, MemoryError):   # the model's decoding answers for it
-                    failures.append(medium)
+        media = [(position, f"{item.slot}[{item.index}]", item) for position, item in enumerate(items)]
+        for position, medium, item in media:
+            digest = sha256_of(item.data)
             for order, bank in enumerate(self.banks):
-                for hash_type, value in hashes:
-                    for match in bank.match(hash_type, value):
-                        action = match.entry.action
-                        matched_by_medium.setdefault(medium, set()).add(action)
-                        key = (PRECEDENCE[action], match.distance, order, position)
-                        found.append((key, MediumMatch(medium, hash_type, match)))
-        found.sort(key=lambda pair: pair[0])
-        matches = tuple(m for _, m in found)
+                found.note(position, medium, "sha256", bank.match("sha256", digest), order)
+        if not found.acted:
+            for position, medium, item in media:
+                try:
+                    perceptual = self._perceptual(item, limits)
+                except HASH_FAILURES:
+                    failures.append(medium)
+                    continue
+                for order, bank in enumerate(self.banks):
+                    if isinstance(perceptual, str):
+                        found.note(position, medium, "pdq", bank.match("pdq", perceptual), order)
+                    elif perceptual is not None:
+                        found.note(position, medium, "vpdq", bank.match_video(perceptual), order)
+        matches = found.in_order()
         shown = matches[0] if matches else None
         return Verdict(matches, tuple(failures), len(items), (time.perf_counter() - started) * 1e3, shown,
-                       shown is not None and _decides(shown, matched_by_medium, len(items)))
+                       shown is not None and _decides(shown, found.actions_by_medium, len(items)))
+
+    def _perceptual(self, item: MediaItem, limits: MediaLimits) -> str | list[tuple[int, str]] | None:
+        """A photo's PDQ hex, a video's vPDQ frames (quality, hex), or None (no bank holds that kind)."""
+        if item.slot == "images" and self.has_pdq:
+            return pdq_of_image(item, limits).hex
+        if item.slot == "videos" and self.has_vpdq and self.video_features is not None:
+            return [(feature.quality, feature.hex) for feature in self.video_features(item, limits)]
+        return None
+
+
+class _Found:
+    """The matches of one consultation, each keyed for the precedence order, and the actions matched per medium."""
+
+    def __init__(self) -> None:
+        self.keyed: list[tuple[tuple, MediumMatch]] = []
+        self.actions_by_medium: dict[str, set[str]] = {}
+        self.acted = False
+
+    def note(self, position: int, medium: str, hash_type: str, matches: list[Match], order: int) -> None:
+        for match in matches:
+            action = match.entry.action
+            self.actions_by_medium.setdefault(medium, set()).add(action)
+            self.acted = self.acted or action == "act"
+            self.keyed.append(((PRECEDENCE[action], match.distance, order, position),
+                               MediumMatch(medium, hash_type, match)))
+
+    def in_order(self) -> tuple[MediumMatch, ...]:
+        return tuple(match for _, match in sorted(self.keyed, key=lambda pair: pair[0]))
 
 
 def _decides(shown: MediumMatch, actions_by_medium: dict[str, set[str]], media: int) -> bool:

@@ -212,6 +212,16 @@ class ReviewDir:
         """Every kept decision with its labels as label ids (k=1: the last given; k>=2: the consensus)."""
         return [(kept, self.labels(str(kept["key"]))) for kept in self.decisions()]
 
+    def flagged_requests(self) -> list[tuple[str, JSONObject]]:
+        """(item key, its request as the directory stores it: media paths relative to the root) of every item with a
+        reviewer's flag in force whose request the directory holds (a labels line or a kept decision), history order."""
+        decisions = {str(kept["key"]): kept["request"] for kept in self.decisions()}
+        with self._lock:
+            keys = [key for key in self._history.item_keys() if self._history.item(key).flagged()]
+            found = [(key, self._lines[key] if key in self._lines else decisions.get(key)) for key in keys]
+        return [(key, {k: v for k, v in body.items() if k not in ("labels", "x_review")})
+                for key, body in found if isinstance(body, dict)]
+
     def decisions(self) -> list[JSONObject]:
         """Every kept decision ({key, request, response}); a torn last line (a crash mid-write) is skipped. The file
         is read once, then only what was appended since."""

@@ -55,7 +55,7 @@ def test_every_mistake_is_one_line_and_exit_2(tmp_path):
     broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
     cases = [(("check", bad), f"{bad}: line 2: action: 'delete' is not one of act, review, pass, flag"),
              (("check", tmp_path / "none.csv"), "cannot be read"),
-             (("lookup", BANK), "give at least one --image PHOTO or --file ANY"),
+             (("lookup", BANK), "give at least one --image PHOTO, --video CLIP or --file ANY"),
              (("lookup", BANK, "--image", broken), "broken.png"),
              (("lookup", BANK, "--image", broken, "--pdq-threshold", "64"), "outside 0..63")]
     for args, expected in cases:
@@ -80,11 +80,14 @@ def test_add_banks_the_media_of_the_items_reviewers_labelled_so_and_skips_what_i
     assert summary["items"] == len(chosen) and summary["added"] == summary["media"] == 3 * len(chosen)
     listed = json.loads(omni("check", bank).stdout)
     assert listed["entries"] == 3 * len(chosen) and listed["actions"] == {"review": 3 * len(chosen)}
-    assert listed["hash_types"] == {"pdq": len(chosen), "sha256": 2 * len(chosen)}
-    # the banked photos are found again, by PDQ, from the review directory's own files
-    photo = review / chosen[0]["images"][0]
+    assert listed["hash_types"] == {"pdq": len(chosen), "sha256": len(chosen), "vpdq": len(chosen)}
+    # the banked photos and videos are found again, by PDQ and vPDQ, from the review directory's own files
+    photo, video = review / chosen[0]["images"][0], review / chosen[0]["videos"][0]
     found = json.loads(omni("lookup", bank, "--image", photo).stdout)["matches"]
     assert found and found[0]["label"] == "no-nameplate" and found[0]["distance"] == 0
+    [by_frames] = [m for m in json.loads(omni("lookup", bank, "--video", video).stdout)["matches"]
+                   if m["hash_type"] == "vpdq"]
+    assert by_frames["distance"] == 0 and by_frames["banked_match_percent"] == 100.0
     again = json.loads(omni(*args).stdout)                                 # nothing twice
     assert again["added"] == 0 and again["already_banked"] == 3 * len(chosen)
     before = bank.read_bytes()
@@ -93,3 +96,33 @@ def test_add_banks_the_media_of_the_items_reviewers_labelled_so_and_skips_what_i
     assert bank.read_bytes() == before                                    # the bank is left as it was
     wrong = omni("add", bank, "--from", review, "--where", "colour=red", "--action", "act", "--label", "x")
     assert wrong.returncode == 2 and "no item of" in wrong.stderr
+
+
+def test_add_flagged_banks_the_media_of_the_items_a_reviewer_flagged(tmp_path):
+    from fixtures.inspection import inspection_sample
+    from omni.contract.config import EngineConfig
+    from omni.contract.request import parse_request
+    from omni.contract.request_line import file_media
+    from omni.review.directory import ReviewDir
+
+    review = ReviewDir(tmp_path / "review")
+    keys = []
+    for index in range(3):                     # three decisions a server kept; the reviewers flag two of them
+        body, files = inspection_sample(5, index)
+        (tmp_path / "media").mkdir(exist_ok=True)
+        for name, data in files.items():
+            (tmp_path / "media" / name).write_bytes(data)
+        stripped, parts, _ = file_media(body, tmp_path)
+        keys.append(review.keep_decision(parse_request(stripped, EngineConfig(), parts), {"answers": {}}))
+    review.note(keys[0], "flag", "known bad", reviewer="alice")
+    review.note(keys[2], "flag", "also known", reviewer="bob")
+    bank = tmp_path / "flagged.jsonl"
+    done = omni("add", bank, "--from", tmp_path / "review", "--flagged", "--action", "act", "--label", "flagged")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"bank": str(bank), "items": 2, "media": 6, "added": 6, "already_banked": 0}
+    entries = [json.loads(line) for line in bank.read_text().splitlines()]
+    assert {e["source"] for e in entries} == {f"review:review#{keys[0]}", f"review:review#{keys[2]}"}
+    assert sorted(e["hash_type"] for e in entries) == ["pdq", "pdq", "sha256", "sha256", "vpdq", "vpdq"]
+    both = omni("add", bank, "--from", tmp_path / "review", "--flagged", "--where", "x=y", "--action", "act",
+                "--label", "x")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

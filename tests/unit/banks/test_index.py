@@ -44,17 +44,21 @@ def test_pdq_lookups_equal_a_brute_force_scan(threshold):
     assert near >= 20                                  # the edge cases were really at the edge
 
 
-def test_vpdq_frames_and_sha256_are_looked_up_in_their_own_kind():
+def test_vpdq_videos_pdq_photos_and_sha256_are_looked_up_in_their_own_kind():
     pdq = "0f" * 32
     sha = hashlib.sha256(b"known bytes").hexdigest()
-    entries = (BankEntry("vpdq", pdq, "clip", "flag", "t", "2026-12-04T00:00:00Z", 2),
+    entries = (BankEntry("vpdq", f"0,100,{pdq},0.000", "clip", "flag", "t", "2026-12-04T00:00:00Z", 2),
                BankEntry("sha256", sha, "file", "act", "t", "2026-12-04T00:00:00Z", 3))
     bank = Bank(BankFile("mixed", None, "v2", entries))  # type: ignore[arg-type]
-    assert [m.entry.label for m in bank.match("vpdq", pdq)] == ["clip"] and bank.match("pdq", pdq) == []
+    [video] = bank.match_video([(100, pdq)])
+    assert (video.entry.label, video.distance, video.banked_percent, video.query_percent) == ("clip", 0, 100.0, 100.0)
+    assert bank.match("pdq", pdq) == [] and bank.match_video([(40, pdq)]) == []      # a flat frame is not compared
     [match] = bank.match("sha256", sha)
     assert (match.bank, match.version, match.distance, match.entry.action) == ("mixed", "v2", 0, "act")
     assert bank.match("sha256", hashlib.sha256(b"other").hexdigest()) == [] and len(bank) == 2
     with pytest.raises(ValueError, match="32 bytes"):
         bank.match("pdq", "abcd")
+    with pytest.raises(ValueError, match="match_video"):
+        bank.match("vpdq", pdq)
     with pytest.raises(BankError, match="outside 0..63"):
         bank_of([], threshold=64)

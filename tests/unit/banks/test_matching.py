@@ -78,8 +78,11 @@ def test_pass_decides_only_when_every_medium_passed_and_flag_never_decides():
 
 def test_a_photo_that_cannot_be_hashed_is_counted_and_its_bytes_still_looked_up():
     broken = MediaItem("images", 0, fm.image_bytes("PNG", "RGB", 64, 64)[:60])
-    verdict = BankSet([bank("known", [("sha256", sha(broken), "act"), ("pdq", "0" * 64, "flag")])]).consult([broken])
+    verdict = BankSet([bank("known", [("sha256", sha(broken), "review"), ("pdq", "0" * 64, "flag")])]).consult([broken])
     assert verdict.hash_failures == ("images[0]",) and verdict.decides and verdict.shown.hash_type == "sha256"
+    # an exact copy of an `act` entry: nothing could outrank it, so nothing is decoded (no failure to count)
+    acted = BankSet([bank("known", [("sha256", sha(broken), "act"), ("pdq", "0" * 64, "flag")])]).consult([broken])
+    assert acted.hash_failures == () and acted.decides and acted.shown.hash_type == "sha256"
     assert BankSet([bank("pdq", [("pdq", "0" * 64, "flag")])]).consult([broken]).hash_failures == ("images[0]",)
     assert BankSet([bank("none", [])]).consult([broken]).hash_failures == ()     # no PDQ entries: nothing decoded
 
