@@ -4,11 +4,10 @@
 one name, or a threshold for a bank not given) is a `BankError` naming it, and a server does not start on one.
 `reload()` (SIGHUP, `POST /v1/admin/banks/reload`) builds a whole new `BankSet` from the files as they are now and
 swaps it in with one assignment: a request takes `current` once and consults either the old set or the new one,
-never a mix; a file that no
-longer reads raises and the set in force stays. `current` is what a request consults; `described()` names each bank,
-its version, entries and threshold. When a bank holds vPDQ hashes, request videos are hashed by a `VideoHasher`
-(worker processes, started on the first video, kept across reloads; `close()` ends them); a vpdq bank without the
-`vpdq` package installed is a `BankError` saying how to install it.
+never a mix; a file that no longer reads raises and the set in force stays. `current` is what a request consults;
+`described()` names each bank, its version, entries and threshold. When a bank holds vPDQ hashes, request videos are
+hashed by a `VideoHasher` (worker processes, one started as soon as a bank holds vPDQ hashes, kept across reloads;
+`close()` ends them); a vpdq bank without the `vpdq` package installed is a `BankError` saying how to install it.
 Knows nothing of HTTP, the engine, the model or policies.
 """
 from __future__ import annotations
@@ -54,6 +53,8 @@ class BankShelf:
         if with_vpdq and not vpdq_available():
             raise BankError(f"the bank {with_vpdq[0]!r} holds vpdq hashes, and matching videos by them needs the vpdq "
                             f"package: {VPDQ_INSTALL}")
+        if with_vpdq:
+            self.video_hasher.warm()
         return BankSet(banks, self.video_hasher.features)
 
     def close(self) -> None:

@@ -1,38 +1,40 @@
 """vPDQ hashes of a server's request videos, computed in worker processes: a video that crashes or hangs FFmpeg (a
-hostile file) costs a worker and that one hash, never the server, and `vpdq` (which holds the GIL while it decodes)
+hostile file) costs that worker and that one hash, never the server, and `vpdq` (which holds the GIL while it decodes)
 never stalls the other requests' threads.
 
     hasher = VideoHasher(workers=1, timeout_s=20.0)
     hasher.features(item, limits)   # tuple[VpdqFeature, ...]; MediaError for a bad video; VideoHashFailed otherwise
     hasher.close()
 
-Workers are spawned (a clean interpreter: no inherited threads or model), once, on the first video. A hash that does
-not come back within `timeout_s` (or whose worker died) ends the whole pool, which is started again for the next
-video; hashes in flight on it fail the same way (each one a counted miss: the model still answers).
+Each worker is a plain child process (`python -m omni.banks.vpdq_worker`, jobs and answers over its pipes; not
+`multiprocessing`, whose workers import the parent's `__main__` again), started by `warm()` or on first need and
+kept for the next video; at most `workers` hash at once (more callers wait their turn). A worker that
+does not answer within `timeout_s`, or dies, is killed and its job is a `VideoHashFailed` (a counted miss: the model
+still answers); the next video starts a new one. Hashes on the other workers go on untouched.
 Knows nothing of banks, HTTP, the engine or what a hash is used for.
 """
 from __future__ import annotations
 
-import multiprocessing
+import os
+import pickle
+import select
+import subprocess
+import sys
 import threading
-from multiprocessing.pool import Pool
+import time
+from pathlib import Path
 
+from omni.banks.vpdq_worker import HEADER, write_message
 from preprocess.errors import MediaError
-from preprocess.hashes import VpdqFeature, vpdq_of_video
+from preprocess.hashes import VpdqFeature
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
+
+ROOT = Path(__file__).resolve().parents[2]     # where `omni` imports from (the worker runs `-m` there)
 
 
 class VideoHashFailed(RuntimeError):
     """The worker did not answer in time or died: the video is not hashed (a counted miss)."""
-
-
-def _hash(item: MediaItem, limits: MediaLimits) -> tuple[VpdqFeature, ...] | MediaError:
-    """In a worker: the features, or the typed media error (returned: it pickles as a value, not a traceback)."""
-    try:
-        return vpdq_of_video(item, limits)
-    except MediaError as exc:
-        return exc
 
 
 class VideoHasher:
@@ -40,38 +42,91 @@ class VideoHasher:
         if workers < 1 or timeout_s <= 0:
             raise ValueError(f"workers >= 1 and timeout_s > 0, not {workers} and {timeout_s}")
         self.workers, self.timeout_s = workers, timeout_s
+        self._turns = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
-        self._pool: Pool | None = None
-        self.restarts = 0
-
-    def _current(self) -> Pool:
-        with self._lock:
-            if self._pool is None:
-                self._pool = multiprocessing.get_context("spawn").Pool(self.workers)
-            return self._pool
+        self._idle: list[subprocess.Popen] = []
+        self._all: set[subprocess.Popen] = set()
+        self.restarts = 0          # workers killed (a timeout) or found dead
 
     def features(self, item: MediaItem, limits: MediaLimits = MediaLimits()) -> tuple[VpdqFeature, ...]:
-        pool = self._current()
-        pending = pool.apply_async(_hash, (item, limits))
-        try:
-            result = pending.get(self.timeout_s)
-        except multiprocessing.TimeoutError:
-            self._end(pool)
-            raise VideoHashFailed(f"no vPDQ hash within {self.timeout_s:g} s (the worker was stopped)") from None
-        if isinstance(result, MediaError):
-            raise result
-        return result
+        with self._turns:
+            worker = self._take()
+            try:
+                write_message(worker.stdin, (item, limits))      # type: ignore[arg-type]
+                answer = pickle.loads(self._read(worker, time.monotonic() + self.timeout_s))   # our own child's
+            except (OSError, VideoHashFailed, EOFError, pickle.UnpicklingError) as exc:
+                self._kill(worker)
+                if isinstance(exc, VideoHashFailed):
+                    raise
+                raise VideoHashFailed(f"the vPDQ worker died ({type(exc).__name__})") from None
+            with self._lock:
+                self._idle.append(worker)
+        if isinstance(answer, MediaError):
+            raise answer
+        return answer
 
-    def _end(self, pool: Pool) -> None:
+    def warm(self) -> None:
+        """Starts a worker now (its imports take about a second) unless one is there, so the first video does not
+        wait for it."""
         with self._lock:
-            if self._pool is pool:
-                self._pool = None
+            if not self._all:
+                self._idle.append(self._start())
+
+    def _take(self) -> subprocess.Popen:
+        with self._lock:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.poll() is None:
+                    return worker
+                self._all.discard(worker)
                 self.restarts += 1
-        pool.terminate()
+            return self._start()
+
+    def _start(self) -> subprocess.Popen:
+        worker = subprocess.Popen([sys.executable, "-m", "omni.banks.vpdq_worker"], cwd=ROOT,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self._all.add(worker)
+        return worker
+
+    def _read(self, worker: subprocess.Popen, deadline: float) -> bytes:
+        fd = worker.stdout.fileno()                              # type: ignore[union-attr]
+        header = self._read_exactly(fd, HEADER.size, deadline)
+        return self._read_exactly(fd, HEADER.unpack(header)[0], deadline)
+
+    def _read_exactly(self, fd: int, size: int, deadline: float) -> bytes:
+        chunks, left = [], size
+        while left:
+            wait_s = deadline - time.monotonic()
+            if wait_s <= 0 or not select.select([fd], [], [], wait_s)[0]:
+                raise VideoHashFailed(f"no vPDQ hash within {self.timeout_s:g} s (the worker was stopped)")
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                raise EOFError("the worker closed its output")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _kill(self, worker: subprocess.Popen) -> None:
+        with self._lock:
+            self._all.discard(worker)
+            self.restarts += 1
+        worker.kill()
+        worker.wait()
+        for stream in (worker.stdin, worker.stdout):
+            if stream is not None:
+                stream.close()
 
     def close(self) -> None:
+        """Ends every worker: idle ones by closing their input, any still busy by killing them."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+            workers, self._all, self._idle = list(self._all), set(), []
+        for worker in workers:
+            if worker.stdin is not None:
+                worker.stdin.close()
+            try:
+                worker.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+            if worker.stdout is not None:
+                worker.stdout.close()

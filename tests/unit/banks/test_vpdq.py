@@ -209,7 +209,7 @@ def test_bad_vpdq_entries_are_named_and_one_video_banked_twice_is_refused(tmp_pa
         read_bank(twice)
 
 
-def test_the_worker_hasher_returns_a_bad_videos_error_and_survives_a_hang():
+def test_the_worker_hasher_returns_a_bad_videos_error_and_survives_a_hang_and_a_dead_worker():
     from omni.banks.video_hasher import VideoHasher, VideoHashFailed
 
     hasher = VideoHasher(workers=1, timeout_s=60.0)
@@ -224,5 +224,9 @@ def test_the_worker_hasher_returns_a_bad_videos_error_and_survives_a_hang():
         assert hasher.restarts == 1
         hasher.timeout_s = 60.0
         assert len(hasher.features(MediaItem("videos", 0, data))) == 2
+        [idle] = hasher._idle                    # a worker that died while idle is replaced, not used
+        idle.kill()
+        idle.wait()
+        assert len(hasher.features(MediaItem("videos", 0, data))) == 2 and hasher.restarts == 2
     finally:
         hasher.close()
