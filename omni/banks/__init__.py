@@ -10,6 +10,8 @@
     shelf.py      `BankShelf`: the banks a server runs with, reloaded all or nothing
     video_hasher.py  `VideoHasher`: request videos' vPDQ hashes computed in worker processes (a hostile video costs
                   a worker, never the server), with a timeout
+    vpdq_worker.py  the worker process a `VideoHasher` runs (`python -m omni.banks.vpdq_worker`): jobs in on stdin,
+                  vPDQ features or the typed media error out on stdout
     decisions.py  the decision a bank answers (no forward), or the model's with the match riding along
 
 A medium's hashes come from `preprocess/hashes.py`. Knows nothing of HTTP, the engine's internals or policies: the

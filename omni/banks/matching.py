@@ -20,8 +20,10 @@ Knows nothing of HTTP, the engine, the model, policies or how a verdict is shown
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from omni.banks.index import Bank, Match
 from preprocess.errors import MediaError
@@ -30,6 +32,7 @@ from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 
 VideoFeatures = Callable[[MediaItem, MediaLimits], tuple[VpdqFeature, ...]]
+Perceptual = str | list[tuple[int, str]] | None     # a photo's PDQ hex, a video's vPDQ frames, or nothing to hash
 HASH_FAILURES = (MediaError, ValueError, RuntimeError, MemoryError, OSError)   # the model's decoding answers for it
 
 PRECEDENCE = {"act": 0, "review": 1, "pass": 2, "flag": 3}
@@ -100,9 +103,20 @@ class BankSet:
             for order, bank in enumerate(self.banks):
                 found.note(position, medium, "sha256", bank.match("sha256", digest), order)
         if not found.acted:
-            for position, medium, item in media:
+            self._match_perceptual(media, limits, found, failures)
+        matches = found.in_order()
+        shown = matches[0] if matches else None
+        return Verdict(matches, tuple(failures), len(items), (time.perf_counter() - started) * 1e3, shown,
+                       shown is not None and _decides(shown, found.actions_by_medium, len(items)))
+
+    def _match_perceptual(self, media: list[tuple[int, str, MediaItem]], limits: MediaLimits, found: _Found,
+                          failures: list[str]) -> None:
+        """Each medium's perceptual hash matched in every bank, until an act match decides."""
+        perceiving = self._perceive(media, limits)
+        try:
+            for position, medium, perceived in perceiving:
                 try:
-                    perceptual = self._perceptual(item, limits)
+                    perceptual = perceived()
                 except HASH_FAILURES:
                     failures.append(medium)
                     continue
@@ -111,12 +125,32 @@ class BankSet:
                         found.note(position, medium, "pdq", bank.match("pdq", perceptual), order)
                     elif perceptual is not None:
                         found.note(position, medium, "vpdq", bank.match_video(perceptual), order)
-        matches = found.in_order()
-        shown = matches[0] if matches else None
-        return Verdict(matches, tuple(failures), len(items), (time.perf_counter() - started) * 1e3, shown,
-                       shown is not None and _decides(shown, found.actions_by_medium, len(items)))
+                if found.acted:     # an act match decides alone: the media after it are not waited for
+                    break
+        finally:     # a video still hashing is let go
+            perceiving.close()
 
-    def _perceptual(self, item: MediaItem, limits: MediaLimits) -> str | list[tuple[int, str]] | None:
+    def _perceive(self, media: list[tuple[int, str, MediaItem]], limits: MediaLimits
+                  ) -> Generator[tuple[int, str, Callable[[], Perceptual]], None, None]:
+        """Each medium with a way to get its perceptual hash: the videos' go to their worker processes at once, each
+        from a thread of its own, while this thread hashes the photos (a video's hash is mostly waiting); the photos
+        come first, so an act match on one is answered without waiting for the videos."""
+        videos = [item for _, _, item in media if item.slot == "videos"] if self.has_vpdq else []
+        if not videos:
+            yield from ((position, medium, partial(self._perceptual, item, limits)) for position, medium, item in media)
+            return
+        pool = ThreadPoolExecutor(max_workers=len(videos), thread_name_prefix="vpdq-wait")
+        try:
+            pending = {id(item): pool.submit(self._perceptual, item, limits) for item in videos}
+            in_turn = sorted(media, key=lambda entry: id(entry[2]) in pending)     # the photos first, then the videos
+            for position, medium, item in in_turn:
+                future = pending.get(id(item))
+                yield position, medium, (future.result if future is not None else partial(self._perceptual, item,
+                                                                                          limits))
+        finally:    # a video still hashing when an act match decided is not waited for (its worker has a timeout)
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _perceptual(self, item: MediaItem, limits: MediaLimits) -> Perceptual:
         """A photo's PDQ hex, a video's vPDQ frames (quality, hex), or None (no bank holds that kind)."""
         if item.slot == "images" and self.has_pdq:
             return pdq_of_image(item, limits).hex

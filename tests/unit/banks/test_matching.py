@@ -4,7 +4,9 @@ the shelf's reload all or nothing; the decision a bank answers and the model's d
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,6 +87,29 @@ def test_a_photo_that_cannot_be_hashed_is_counted_and_its_bytes_still_looked_up(
     assert acted.hash_failures == () and acted.decides and acted.shown.hash_type == "sha256"
     assert BankSet([bank("pdq", [("pdq", "0" * 64, "flag")])]).consult([broken]).hash_failures == ("images[0]",)
     assert BankSet([bank("none", [])]).consult([broken]).hash_failures == ()     # no PDQ entries: nothing decoded
+
+
+def test_a_photos_act_match_is_answered_without_waiting_for_a_video_still_hashing():
+    image, video = photo(), MediaItem("videos", 0, b"a video whose hash is still being computed")
+    pdq = pdq_of_image(image).hex
+    released, finished = threading.Event(), threading.Event()
+
+    def slow_video(item, limits):
+        released.wait(30)
+        finished.set()
+        return [SimpleNamespace(quality=100, hex="f" * 64)]
+
+    try:
+        acted = BankSet([bank("known", [("pdq", pdq, "act"), ("vpdq", f"0,100,{'0' * 64},0.000", "flag")])],
+                        slow_video).consult([video, image])          # the video first in the request
+        assert acted.decides and acted.shown.medium == "images[0]" and acted.action == "act"
+        assert not finished.is_set()             # answered while the video's hash was still being computed
+    finally:
+        released.set()
+    reviewed = BankSet([bank("known", [("pdq", pdq, "review"), ("vpdq", f"0,100,{'f' * 64},0.000", "act")])],
+                       lambda item, limits: [SimpleNamespace(quality=100, hex="f" * 64)]).consult([image, video])
+    assert [m.medium for m in reviewed.matches] == ["videos[0]", "images[0]"]     # no act on the photo: all matched
+    assert reviewed.action == "act"
 
 
 def test_the_shelf_reloads_all_or_nothing(tmp_path):
