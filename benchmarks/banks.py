@@ -123,7 +123,8 @@ def matched_vs_model(rounds: int) -> dict[str, float]:
     the photo turned upside down, and the vPDQ hash of the video. Four requests, alternating, one at a time:
     - exact: the photo itself (its sha256 matches: nothing is decoded);
     - pdq: a near copy of the upside-down photo (one pixel changed each round: a new sha256, the same PDQ, so the
-      photo is decoded and PDQ-hashed, and the video vPDQ-hashed, every time);
+      photo is decoded and PDQ-hashed every time; the video's vPDQ hash is started, and not waited for once the
+      photo's act match decides);
     - vpdq: an unbanked photo and the banked video (both hashed; the video matches by vPDQ);
     - model: an unbanked photo and an unbanked video (both hashed, nothing matches: the model answers).
     Without the vpdq package: no vPDQ entry, no vpdq case (and the videos are not hashed)."""
