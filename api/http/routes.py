@@ -48,7 +48,9 @@ from omni.contract.types import Decision, DecisionRequest
 
 if TYPE_CHECKING:
     from omni.banks.matching import BankSet, Verdict
+    from omni.banks.shelf import BankShelf
     from omni.review.queues import ReviewQueues
+    from preprocess.media import MediaLimits
 
     LookedUp = tuple[BankSet, Verdict]
 
@@ -154,7 +156,10 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     t_parse = time.monotonic()
     prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body, audit)
     if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
-        decision_request, looked_up = _prepare(*prepare_args)  # microseconds of work: cheaper than a thread hop
+        decision_request, looked_up = _prepare(*prepare_args, consult=False)  # microseconds: cheaper than a thread hop
+        if svc.banks is not None and decision_request.media:   # hashing (a decode, a video's vPDQ): never on the loop
+            looked_up = await anyio.to_thread.run_sync(_consulted, svc.banks, decision_request,
+                                                       svc.settings.engine.media, limiter=svc.parse_limiter)
     else:
         decision_request, looked_up = await anyio.to_thread.run_sync(_prepare, *prepare_args,
                                                                      limiter=svc.parse_limiter)
@@ -245,19 +250,27 @@ async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> by
 
 
 def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
-             adapt_body: Callable[[Any], Any] | None, audit: bool) -> tuple[DecisionRequest, LookedUp | None]:
+             adapt_body: Callable[[Any], Any] | None, audit: bool, consult: bool = True
+             ) -> tuple[DecisionRequest, LookedUp | None]:
     """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64, the media's hashes) stays off the
-    event loop. With banks in force and media sent: the banks consulted and what they found."""
+    event loop. With banks in force, media sent and `consult`: the banks consulted and what they found (a small body
+    parsed on the loop is consulted in the pool after, by `_consulted`)."""
     data = decompress(raw, headers.get("content-encoding"), svc.settings.body_cap_bytes)
     wire = read_body(data, headers.get("content-type"), svc.settings.max_multipart_parts)
     body = wire.body if adapt_body is None else adapt_body(wire.body)
     decision_request = parse_request(body, svc.settings.engine, wire.parts, adapters=adapter_names(svc.engine, svc.settings.engine))
     decision_request = dataclasses.replace(decision_request, request_id=request_id,
                                            audit=decision_request.audit or audit)
-    if svc.banks is None or not decision_request.media:
+    if not consult or svc.banks is None or not decision_request.media:
         return decision_request, None
-    banks = svc.banks.current                    # taken once: a reload mid-request does not mix two sets
-    return decision_request, (banks, banks.consult(decision_request.media, svc.settings.engine.media))
+    return decision_request, _consulted(svc.banks, decision_request, svc.settings.engine.media)
+
+
+def _consulted(shelf: BankShelf, decision_request: DecisionRequest, limits: MediaLimits) -> LookedUp:
+    """The banks in force and what they found for the request's media (a photo's decode and PDQ hash, a video's wait
+    for its vPDQ worker: the edge thread pool's work, never the event loop's)."""
+    banks = shelf.current                        # taken once: a reload mid-request does not mix two sets
+    return banks, banks.consult(decision_request.media, limits)
 
 
 @router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,

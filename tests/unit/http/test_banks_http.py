@@ -227,3 +227,38 @@ def test_a_bad_threshold_setting_is_named(tmp_path):
         settings_with(bank=(str(bank),), bank_pdq_threshold=("known=64",))
     with pytest.raises(BankError, match="names the bank 'other'"):
         create_app(settings_with(bank=(str(bank),), bank_pdq_threshold=("other=20",)))
+
+
+def test_the_banks_are_consulted_off_the_event_loop_for_small_and_large_bodies(tmp_path, monkeypatch):
+    """A small body is parsed on the event loop, but its media's hashes (a photo's decode, a video's wait for its
+    vPDQ worker: up to --bank-vpdq-timeout-s for a hostile file) would hold up every other request there."""
+    import asyncio
+
+    from omni.banks.matching import BankSet
+
+    consulted_on_loop: list[bool] = []
+    consult = BankSet.consult
+
+    def recording(self, items, limits=None):
+        try:
+            asyncio.get_running_loop()
+            consulted_on_loop.append(True)
+        except RuntimeError:
+            consulted_on_loop.append(False)
+        return consult(self, items, limits) if limits is not None else consult(self, items)
+
+    monkeypatch.setattr(BankSet, "consult", recording)
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(5).integers(0, 256, (120, 160, 3), dtype=np.uint8)).save(out, "PNG")
+    large = out.getvalue()                                            # noise: it does not compress
+    assert len(PHOTO) < 8 * 1024 and len(large) > 32 * 1024           # either side of the inline-parse size
+    bank = write_bank(tmp_path / "watch.csv", ("pdq", pdq(PHOTO), "flag"))
+    with served(bank=(str(bank),)) as (client, _):
+        small_answer, large_answer = upload(client, PHOTO), upload(client, large)
+    assert small_answer.json()["x_match"]["label"] == "row0" and large_answer.status_code == 200
+    assert consulted_on_loop == [False, False]
