@@ -15,9 +15,11 @@ model. Knows nothing of the engine or HTTP.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,17 +112,34 @@ MIN_PDQ_QUALITY = 50
 
 
 def _add(args: argparse.Namespace) -> int:
+    problem = _add_problem(args)
+    if problem:
+        print(f"omni bank add: {problem}", file=sys.stderr)
+        return 2
+    with _locked(args.bank):       # two adds at once: the second reads what the first wrote
+        return _add_reviewed(args, args.bank)
+
+
+@contextlib.contextmanager
+def _locked(bank_path: Path) -> Iterator[None]:
+    """An exclusive lock on a lock file beside the bank, held from reading the bank to replacing it."""
+    import fcntl
+
+    with open(bank_path.with_name(f".{bank_path.name}.lock"), "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _add_reviewed(args: argparse.Namespace, bank_path: Path) -> int:
     from datetime import datetime, timezone
 
     from omni.banks.entries import FIELDS, read_bank
     from omni.learn.dataset import load_dataset
     from omni.review.directory import dataset_path
 
-    problem = _add_problem(args)
-    if problem:
-        print(f"omni bank add: {problem}", file=sys.stderr)
-        return 2
-    bank_path: Path = args.bank
     existing = read_bank(bank_path) if bank_path.exists() else None
     held = {(e.hash_type, e.hash) for e in existing.entries} if existing else set()
     if args.flagged:
@@ -198,6 +217,7 @@ def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
     import csv
     import io
     import os
+    import tempfile
 
     from omni.banks.entries import parse_entry
 
@@ -209,12 +229,28 @@ def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
         parse_entry(row, path, first_line + offset)
     buffer = io.StringIO()
     if path.suffix.lower() == ".csv":
-        writer = csv.DictWriter(buffer, fieldnames=list(fields), lineterminator="\n")
+        header = next(csv.reader(io.StringIO(old.decode("utf-8-sig"))), None) if old else None
+        writer = csv.DictWriter(buffer, fieldnames=header or list(fields), lineterminator="\n",
+                                restval="")      # the bank's own column order (checked by read_bank before)
         if not old:
             writer.writeheader()
         writer.writerows(rows)
     else:
         buffer.writelines(json.dumps(row) + "\n" for row in rows)
-    temporary = path.with_name(f".{path.stem}.adding{path.suffix}")
-    temporary.write_bytes(old + buffer.getvalue().encode("utf-8"))
-    os.replace(temporary, path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}.adding.", suffix=path.suffix, dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(old + buffer.getvalue().encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())           # on disk before it replaces the bank: a power cut keeps one whole file
+        os.chmod(temporary, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)                  # the rename itself survives a power cut
+    finally:
+        os.close(directory)

@@ -45,6 +45,7 @@ async def appeal(request: Request, request_id: str) -> JSONResponse:
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidRequest.one(("reason",), "required: a non-empty string saying why the decision is wrong",
                                  "missing" if reason is None else "string_type")
+    _encodable(reason, "reason")
     if len(reason) > MAX_REASON_CHARS:
         raise InvalidRequest.one(("reason",), f"at most {MAX_REASON_CHARS} characters, not {len(reason)}",
                                  "string_too_long")
@@ -90,6 +91,8 @@ async def decide_appeal(request: Request, request_id: str) -> JSONResponse:
         raise InvalidRequest.one(("result",), f"one of {', '.join(RESULTS)}", "enum")
     if note is not None and (not isinstance(note, str) or len(note) > MAX_NOTE_CHARS):
         raise InvalidRequest.one(("note",), f"a string of at most {MAX_NOTE_CHARS} characters", "string_type")
+    if note is not None:
+        _encodable(note, "note")
     decided = await to_thread.run_sync(book.decide, request_id, result, caller_of(request).name, note)
     if result == "reversed" and svc.webhooks is not None:
         svc.webhooks.offer({"event": "appeal_reversed", "request_id": request_id, "appeal": decided.to_wire()},
@@ -114,11 +117,20 @@ async def _json_object(request: Request) -> dict[str, Any]:
             raise BodyTooLarge(f"an appeal's body is over the {APPEAL_BODY_MAX_BYTES}-byte limit")
     try:
         body = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):    # RecursionError: nested past any use
         raise InvalidRequest.one((), "the body is not JSON: send {\"reason\": \"...\"}", "json_invalid") from None
     if not isinstance(body, dict):
         raise InvalidRequest.one((), "the body must be a JSON object", "dict_type")
     return body
+
+
+def _encodable(text: str, field: str) -> None:
+    """A JSON string may carry a lone surrogate (\\ud800), which no UTF-8 file can hold: refused, naming the field."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest.one((field,), "not valid Unicode text: a lone surrogate (\\ud800-\\udfff) escape",
+                                 "string_unicode") from None
 
 
 def _logged(svc: ServiceState, request_id: str) -> JSONObject | None:

@@ -75,7 +75,7 @@ def read_bank(path: str | Path) -> BankFile:
     except OSError as exc:
         raise BankError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")          # a spreadsheet's byte-order mark is no part of the header
     except UnicodeDecodeError as exc:
         raise BankError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     suffix = path.suffix.lower()
@@ -99,29 +99,39 @@ def read_bank(path: str | Path) -> BankFile:
 
 
 def _csv_rows(text: str, path: Path) -> list[tuple[int, dict[str, Any]]]:
+    if csv.field_size_limit() < MAX_BANK_BYTES:     # a vpdq cell holds a whole video's frames (128 KiB by default)
+        csv.field_size_limit(MAX_BANK_BYTES)
     reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
-    missing = [field for field in FIELDS if field not in header]
-    if missing:
-        raise BankError(f"{path}: line 1: the header lacks {', '.join(missing)} (a bank's columns: "
-                        f"{', '.join(FIELDS)})")
-    rows = []
-    for row in reader:
-        if None in row:
-            raise BankError(f"{path}: line {reader.line_num}: more fields than the header names")
-        rows.append((reader.line_num, dict(row)))
+    try:
+        header = reader.fieldnames or []
+        missing = [field for field in FIELDS if field not in header]
+        if missing:
+            raise BankError(f"{path}: line 1: the header lacks {', '.join(missing)} (a bank's columns: "
+                            f"{', '.join(FIELDS)})")
+        twice = sorted({field for field in header if header.count(field) > 1})
+        if twice:
+            raise BankError(f"{path}: line 1: the header names {', '.join(twice)} more than once")
+        rows = []
+        for row in reader:
+            if None in row:
+                raise BankError(f"{path}: line {reader.line_num}: more fields than the header names")
+            rows.append((reader.line_num, dict(row)))
+    except csv.Error as exc:
+        raise BankError(f"{path}: line {reader.line_num}: not CSV ({exc})") from None
     return rows
 
 
 def _jsonl_rows(text: str, path: Path) -> list[tuple[int, dict[str, Any]]]:
     rows = []
-    for line, raw in enumerate(text.splitlines(), start=1):
+    for line, raw in enumerate(text.split("\n"), start=1):     # not splitlines(): U+2028 is text inside a string
         if not raw.strip():
             continue
         try:
             row = json.loads(raw)
         except ValueError as exc:
             raise BankError(f"{path}: line {line}: not JSON ({exc})") from None
+        except RecursionError:
+            raise BankError(f"{path}: line {line}: not an entry (JSON nested past any use)") from None
         if not isinstance(row, dict):
             raise BankError(f"{path}: line {line}: an entry is a JSON object with {', '.join(FIELDS)}")
         rows.append((line, row))

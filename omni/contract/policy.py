@@ -182,7 +182,8 @@ class _Reader:
     def no_unknown_keys(self, table: Any, known: tuple[str, ...], path: str) -> None:
         if not isinstance(table, dict):
             raise self.error(path.rsplit(".", 1)[-1], path.rpartition(".")[0], "must be a table")
-        where = {"": "the top level of a policy", "default": "a [default] table"}.get(path, "a question table")
+        where = {"": "the top level of a policy", "default": "a [default] table", "qa": "the [qa] table"}.get(
+            path, "a question table")
         for key in table:
             if key not in known:
                 raise self.error(key, path, f"unknown key; {where} takes {', '.join(known)}")

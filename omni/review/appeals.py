@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from pathlib import Path
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONObject
 from omni.review.history import append_lines
+
+log = logging.getLogger("omni.review")
 
 APPEALS_FILE = "appeals.jsonl"
 RESULTS = ("upheld", "reversed")
@@ -70,10 +73,11 @@ class AppealBook:
         self._lock = threading.Lock()
         self._appeals: dict[str, Appeal] = {}
         if self.path.exists():
-            for text in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    event = json.loads(text)
-                except json.JSONDecodeError:     # a torn last line (a crash mid-write): that event never happened
+            for number, raw in enumerate(self.path.read_bytes().split(b"\n"), 1):
+                event = _event(raw)
+                if event is None:       # a torn last line (a crash mid-write, cut mid-character even): never happened
+                    if raw.strip():
+                        log.warning("%s line %d is not an appeal event: skipped", self.path, number)
                     continue
                 self._apply(event)
 
@@ -130,3 +134,17 @@ def _conflict(appeal: Appeal) -> str:
                 f"{appeal.appealed_at}); its appeal is pending")
     return (f"the appeal of the decision {appeal.request_id!r} was decided already: {appeal.result} by "
             f"{appeal.decided_by} at {appeal.decided_at}")
+
+
+def _event(raw: bytes) -> JSONObject | None:
+    """One line of the appeals file as an event, or None: not UTF-8, not JSON, or not an event this book wrote."""
+    try:
+        event = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if not isinstance(event, dict) or event.get("event") not in ("appealed", "decided") or not all(
+            key in event for key in ("request_id", "by", "at")):
+        return None
+    if event["event"] == "appealed" and "reason" not in event or event["event"] == "decided" and "result" not in event:
+        return None
+    return event

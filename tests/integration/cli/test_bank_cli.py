@@ -126,3 +126,42 @@ def test_add_flagged_banks_the_media_of_the_items_a_reviewer_flagged(tmp_path):
     both = omni("add", bank, "--from", tmp_path / "review", "--flagged", "--where", "x=y", "--action", "act",
                 "--label", "x")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def blocked_on_a_lock(pid: int) -> bool:
+    """The kernel's own word (/proc/locks: a waiter's line starts with "->") that `pid` waits for a lock."""
+    return any(fields[1] == "->" and fields[5] == str(pid)      # "1: -> FLOCK ADVISORY WRITE <pid> ..."
+               for fields in map(str.split, Path("/proc/locks").read_text().splitlines()) if len(fields) > 5)
+
+
+def test_add_keeps_the_banks_own_column_order_and_waits_for_another_add(tmp_path):
+    import fcntl
+    import time
+
+    from fixtures.inspection import write_split
+
+    review = tmp_path / "review"
+    write_split(review, "labels", 4, seed=3)
+    bank = tmp_path / "reordered.csv"
+    bank.write_text("label,hash_type,hash,action,source,added\n"
+                    f"kept,sha256,{'a' * 64},flag,test,2026-12-01T10:00:00Z\n", encoding="utf-8")
+    args = ("add", bank, "--from", review, "--where", "label_visible=true", "--action", "review", "--label", "ok")
+    with open(tmp_path / ".reordered.csv.lock", "a+b") as lock:        # another add holds the bank
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([sys.executable, "-m", "api.cli.main", "bank", *map(str, args)], cwd=ROOT,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 90
+        while waiting.poll() is None and time.monotonic() < deadline and not blocked_on_a_lock(waiting.pid):
+            time.sleep(0.05)
+        try:
+            assert blocked_on_a_lock(waiting.pid), waiting.poll()     # it waits (it did not read and write the bank)
+            assert bank.read_text().count("\n") == 2
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, err
+    assert json.loads(out)["added"] > 0
+    listed = json.loads(omni("check", bank).stdout)                        # the bank still reads, every row in place
+    assert listed["entries"] == 1 + json.loads(out)["added"]
+    assert bank.read_text().splitlines()[0] == "label,hash_type,hash,action,source,added"
+    assert not list(tmp_path.glob(".reordered.adding*"))                 # no temporary file left behind

@@ -67,3 +67,27 @@ def test_duplicates_unknown_fields_a_short_header_and_bad_files_are_named(tmp_pa
         assert expected in str(caught.value), (name, str(caught.value))
     with pytest.raises(BankError, match="cannot be read"):
         read_bank(tmp_path / "missing.csv")
+
+
+def test_a_bom_a_long_vpdq_cell_and_text_that_splitlines_would_cut_read_and_odd_files_are_named(tmp_path):
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + csv_text(ROWS).encode())            # a spreadsheet's byte-order mark
+    assert len(read_bank(bom).entries) == 2
+    frames = ";".join(f"{i},100,{PDQ},{i:.3f}" for i in range(2000))       # 2000 frames: a 170 KB cell
+    long = tmp_path / "long.csv"
+    long.write_text(CSV_HEADER + f'vpdq,"{frames}",long,act,test,2026-12-01T10:00:00Z\n')
+    [entry] = read_bank(long).entries
+    assert entry.hash.count(";") == 1999
+    unicode_line = tmp_path / "u2028.jsonl"
+    unicode_line.write_text(json.dumps({**ROWS[0], "label": "a\u2028b"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert read_bank(unicode_line).entries[0].label == "a\u2028b"
+    cases = {
+        "twice.csv": ("hash_type,hash,label,action,source,added,hash\n", "line 1: the header names hash more than once"),
+        "nested.jsonl": ('{"a":' * 5000 + "1" + "}" * 5000 + "\n", "line 1: not an entry (JSON nested past any use)"),
+        "nul.csv": (CSV_HEADER + "pdq,\0" + PDQ + ",x,act,s,2026-12-01T10:00:00Z\n", "line 2:"),
+    }
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(BankError) as caught:
+            read_bank(tmp_path / name)
+        assert expected in str(caught.value), (name, str(caught.value))

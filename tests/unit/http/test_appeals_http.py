@@ -106,6 +106,11 @@ def test_a_pending_appeal_is_said_in_the_statement_and_a_torn_last_line_is_skipp
     with path.open("a", encoding="utf-8") as torn:
         torn.write('{"event": "decided", "request_id": "post-3", "at"')        # a crash mid-write
     assert AppealBook(tmp_path / "review").get("post-3").state == "pending"
+    whole = path.read_bytes()
+    reason = '{"event": "appealed", "request_id": "post-9", "reason": "これは違う", "by": "c", "at": "t"}'.encode()
+    path.write_bytes(whole + b"\n[1]\n" + reason[: reason.index("違".encode()) + 1])   # cut inside a character
+    book = AppealBook(tmp_path / "review")           # a line that is no event and a torn one: skipped, not fatal
+    assert book.get("post-3").state == "pending" and book.get("post-9") is None
 
 
 def test_every_bad_appeal_is_a_clear_4xx(dirs):
@@ -120,6 +125,10 @@ def test_every_bad_appeal_is_a_clear_4xx(dirs):
             ("/v1/decisions/post-4/appeal", {"json": {"reason": "   "}}, 422, "required"),
             ("/v1/decisions/post-4/appeal", {"json": {"reason": "x" * 2001}}, 422, "at most 2000 characters"),
             ("/v1/decisions/post-4/appeal", {"json": {"reason": "x" * 20000}}, 413, "16384-byte limit"),
+            ("/v1/decisions/post-4/appeal", {"content": b'{"reason": "\\ud800 bad"}',
+                                             "headers": {"content-type": "application/json"}}, 422, "lone surrogate"),
+            ("/v1/decisions/post-4/appeal", {"content": b'{"a":' * 2500 + b"1" + b"}" * 2500,
+                                             "headers": {"content-type": "application/json"}}, 422, "not JSON"),
             ("/v1/appeals/post-4/decision", {"json": {"result": "upheld"}}, 404, "no appeal of the decision"),
         ]
         for path, kwargs, status, said in cases:
@@ -127,6 +136,9 @@ def test_every_bad_appeal_is_a_clear_4xx(dirs):
             assert answer.status_code == status, (path, kwargs, answer.text)
             assert said in answer.text, (said, answer.text)
         assert client.post("/v1/decisions/post-4/appeal", json={"reason": "x"}).status_code == 201
+        surrogate = client.post("/v1/appeals/post-4/decision", content=b'{"result": "upheld", "note": "\\udc80"}',
+                                headers={"content-type": "application/json"})
+        assert surrogate.status_code == 422 and "note" in surrogate.text
         bad_result = client.post("/v1/appeals/post-4/decision", json={"result": "maybe"})
         assert bad_result.status_code == 422 and "upheld, reversed" in bad_result.text
         assert client.get("/v1/appeals", params={"state": "open"}).status_code == 422
