@@ -19,11 +19,13 @@ Knows nothing of HTTP, the engine, the model, policies or how a verdict is shown
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 from omni.banks.index import Bank, Match
 from preprocess.errors import MediaError
@@ -31,7 +33,14 @@ from preprocess.hashes import VpdqFeature, pdq_of_image, sha256_of
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 
-VideoFeatures = Callable[[MediaItem, MediaLimits], tuple[VpdqFeature, ...]]
+
+class VideoFeatures(Protocol):
+    """A video's vPDQ features; `cancelled` set: the caller no longer wants them (a wait for a worker may end)."""
+
+    def __call__(self, item: MediaItem, limits: MediaLimits, cancelled: threading.Event | None = None, /
+                 ) -> tuple[VpdqFeature, ...]: ...
+
+
 Perceptual = str | list[tuple[int, str]] | None     # a photo's PDQ hex, a video's vPDQ frames, or nothing to hash
 HASH_FAILURES = (MediaError, ValueError, RuntimeError, MemoryError, OSError)   # the model's decoding answers for it
 
@@ -139,23 +148,25 @@ class BankSet:
         if not videos:
             yield from ((position, medium, partial(self._perceptual, item, limits)) for position, medium, item in media)
             return
-        pool = ThreadPoolExecutor(max_workers=len(videos), thread_name_prefix="vpdq-wait")
+        pool, cancelled = ThreadPoolExecutor(max_workers=len(videos), thread_name_prefix="vpdq-wait"), threading.Event()
         try:
-            pending = {id(item): pool.submit(self._perceptual, item, limits) for item in videos}
+            pending = {id(item): pool.submit(self._perceptual, item, limits, cancelled) for item in videos}
             in_turn = sorted(media, key=lambda entry: id(entry[2]) in pending)     # the photos first, then the videos
             for position, medium, item in in_turn:
                 future = pending.get(id(item))
                 yield position, medium, (future.result if future is not None else partial(self._perceptual, item,
                                                                                           limits))
-        finally:    # a video still hashing when an act match decided is not waited for (its worker has a timeout)
+        finally:    # a video not waited for: one still waiting for a worker leaves, one hashing ends within its timeout
+            cancelled.set()
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _perceptual(self, item: MediaItem, limits: MediaLimits) -> Perceptual:
+    def _perceptual(self, item: MediaItem, limits: MediaLimits, cancelled: threading.Event | None = None
+                    ) -> Perceptual:
         """A photo's PDQ hex, a video's vPDQ frames (quality, hex), or None (no bank holds that kind)."""
         if item.slot == "images" and self.has_pdq:
             return pdq_of_image(item, limits).hex
         if item.slot == "videos" and self.has_vpdq and self.video_features is not None:
-            return [(feature.quality, feature.hex) for feature in self.video_features(item, limits)]
+            return [(feature.quality, feature.hex) for feature in self.video_features(item, limits, cancelled)]
         return None
 
 

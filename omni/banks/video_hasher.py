@@ -8,9 +8,12 @@ never stalls the other requests' threads.
 
 Each worker is a plain child process (`python -m omni.banks.vpdq_worker`, jobs and answers over its pipes; not
 `multiprocessing`, whose workers import the parent's `__main__` again), started by `warm()` or on first need and
-kept for the next video; at most `workers` hash at once (more callers wait their turn). A worker that
-does not answer within `timeout_s`, or dies, is killed and its job is a `VideoHashFailed` (a counted miss: the model
-still answers); the next video starts a new one. Hashes on the other workers go on untouched.
+kept for the next video; at most `workers` hash at once (more callers wait their turn). `timeout_s` bounds a
+caller's whole wait, its turn included: a worker that does not answer within it, or dies, is killed and its job is a
+`VideoHashFailed` (a counted miss: the model still answers); the next video starts a new one. Hashes on the other
+workers go on untouched. A caller that no longer wants its hash sets its `cancelled` event: if it is still waiting
+for a turn, it leaves at once. Each worker writes its temporary video files in a directory of its own, removed when
+the worker ends (a killed worker cannot remove its own). After `close()` no worker starts again.
 Knows nothing of banks, HTTP, the engine or what a hash is used for.
 """
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,22 +50,30 @@ class VideoHasher:
         self._turns = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
         self._idle: list[subprocess.Popen] = []
-        self._all: set[subprocess.Popen] = set()
+        self._all: dict[subprocess.Popen, str] = {}     # every live worker -> its temporary directory
+        self._closed = False
         self.restarts = 0          # workers killed (a timeout) or found dead
 
-    def features(self, item: MediaItem, limits: MediaLimits = MediaLimits()) -> tuple[VpdqFeature, ...]:
-        with self._turns:
+    def features(self, item: MediaItem, limits: MediaLimits = MediaLimits(),
+                 cancelled: threading.Event | None = None) -> tuple[VpdqFeature, ...]:
+        deadline = time.monotonic() + self.timeout_s
+        self._wait_turn(deadline, cancelled)
+        try:
             worker = self._take()
             try:
                 write_message(worker.stdin, (item, limits))      # type: ignore[arg-type]
-                answer = pickle.loads(self._read(worker, time.monotonic() + self.timeout_s))   # our own child's
+                answer = pickle.loads(self._read(worker, deadline))   # our own child's
             except (OSError, VideoHashFailed, EOFError, pickle.UnpicklingError) as exc:
                 self._kill(worker)
                 if isinstance(exc, VideoHashFailed):
                     raise
                 raise VideoHashFailed(f"the vPDQ worker died ({type(exc).__name__})") from None
-            with self._lock:
-                self._idle.append(worker)
+            except BaseException:
+                self._kill(worker)                  # a worker is idle or ended, never lost
+                raise
+            self._give_back(worker)
+        finally:
+            self._turns.release()
         if isinstance(answer, MediaError):
             raise answer
         return answer
@@ -69,24 +82,50 @@ class VideoHasher:
         """Starts a worker now (its imports take about a second) unless one is there, so the first video does not
         wait for it."""
         with self._lock:
-            if not self._all:
+            if not self._all and not self._closed:
                 self._idle.append(self._start())
+
+    def _wait_turn(self, deadline: float, cancelled: threading.Event | None) -> None:
+        while not self._turns.acquire(timeout=0.05):        # returns at once when a turn is free
+            if cancelled is not None and cancelled.is_set():
+                raise VideoHashFailed("the hash is no longer wanted")
+            if time.monotonic() >= deadline:
+                raise VideoHashFailed(f"no vPDQ worker was free within {self.timeout_s:g} s")
 
     def _take(self) -> subprocess.Popen:
         with self._lock:
+            if self._closed:
+                raise VideoHashFailed("the video hasher is closed")
             while self._idle:
                 worker = self._idle.pop()
                 if worker.poll() is None:
                     return worker
-                self._all.discard(worker)
+                self._ended(worker)
                 self.restarts += 1
             return self._start()
 
+    def _give_back(self, worker: subprocess.Popen) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(worker)
+                return
+        self._kill(worker)                          # closed meanwhile: it would be nobody's
+
     def _start(self) -> subprocess.Popen:
-        worker = subprocess.Popen([sys.executable, "-m", "omni.banks.vpdq_worker"], cwd=ROOT,
+        directory = tempfile.mkdtemp(prefix="omni-vpdq-worker-")
+        worker = subprocess.Popen([sys.executable, "-m", "omni.banks.vpdq_worker", "--tmpdir", directory], cwd=ROOT,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-        self._all.add(worker)
+        self._all[worker] = directory
         return worker
+
+    def _ended(self, worker: subprocess.Popen) -> None:
+        """A worker that has exited: its pipes closed, its temporary directory removed (called under the lock)."""
+        for stream in (worker.stdin, worker.stdout):
+            if stream is not None:
+                stream.close()
+        directory = self._all.pop(worker, None)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def _read(self, worker: subprocess.Popen, deadline: float) -> bytes:
         fd = worker.stdout.fileno()                              # type: ignore[union-attr]
@@ -107,19 +146,17 @@ class VideoHasher:
         return b"".join(chunks)
 
     def _kill(self, worker: subprocess.Popen) -> None:
-        with self._lock:
-            self._all.discard(worker)
-            self.restarts += 1
         worker.kill()
         worker.wait()
-        for stream in (worker.stdin, worker.stdout):
-            if stream is not None:
-                stream.close()
+        with self._lock:
+            self._ended(worker)
+            self.restarts += 1
 
     def close(self) -> None:
-        """Ends every worker: idle ones by closing their input, any still busy by killing them."""
+        """Ends every worker: idle ones by closing their input, any still busy by killing them; none starts again."""
         with self._lock:
-            workers, self._all, self._idle = list(self._all), set(), []
+            self._closed = True
+            workers, self._idle = list(self._all), []
         for worker in workers:
             if worker.stdin is not None:
                 worker.stdin.close()
@@ -128,5 +165,5 @@ class VideoHasher:
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-            if worker.stdout is not None:
-                worker.stdout.close()
+            with self._lock:
+                self._ended(worker)

@@ -1,5 +1,6 @@
 """The process a `VideoHasher` runs (`python -m omni.banks.vpdq_worker`): reads jobs from stdin and answers on stdout,
-one after the other, until stdin closes.
+one after the other, until stdin closes. `--tmpdir DIR`: its temporary video files go in DIR (the parent removes it
+when the worker ends, even killed).
 
 A job and its answer are each a pickle behind an 8-byte big-endian length: the job `(MediaItem, MediaLimits)`, the
 answer the video's vPDQ features (a tuple of `VpdqFeature`) or the typed `MediaError` for a video that cannot be
@@ -12,6 +13,7 @@ import os
 import pickle
 import struct
 import sys
+import tempfile
 from typing import BinaryIO
 
 from preprocess.errors import MediaError
@@ -49,7 +51,10 @@ def answer(job: tuple) -> tuple[VpdqFeature, ...] | MediaError:
         return exc
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--tmpdir"] and len(args) == 2:    # the temporary video files go where the parent removes them
+        tempfile.tempdir = args[1]
     # the answers get a descriptor of their own; anything a library prints to stdout goes to stderr instead
     source, sink = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

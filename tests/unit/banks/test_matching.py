@@ -94,7 +94,7 @@ def test_a_photos_act_match_is_answered_without_waiting_for_a_video_still_hashin
     pdq = pdq_of_image(image).hex
     released, finished = threading.Event(), threading.Event()
 
-    def slow_video(item, limits):
+    def slow_video(item, limits, cancelled=None):
         released.wait(30)
         finished.set()
         return [SimpleNamespace(quality=100, hex="f" * 64)]
@@ -107,7 +107,7 @@ def test_a_photos_act_match_is_answered_without_waiting_for_a_video_still_hashin
     finally:
         released.set()
     reviewed = BankSet([bank("known", [("pdq", pdq, "review"), ("vpdq", f"0,100,{'f' * 64},0.000", "act")])],
-                       lambda item, limits: [SimpleNamespace(quality=100, hex="f" * 64)]).consult([image, video])
+                       lambda item, limits, cancelled=None: [SimpleNamespace(quality=100, hex="f" * 64)]).consult([image, video])
     assert [m.medium for m in reviewed.matches] == ["videos[0]", "images[0]"]     # no act on the photo: all matched
     assert reviewed.action == "act"
 

@@ -20,6 +20,7 @@ from omni.banks.matching import BankSet
 from preprocess.errors import MediaError
 from preprocess.hashes import pdq_of_pixels, vpdq_available, vpdq_of_video
 from preprocess.item import MediaItem
+from preprocess.media import MediaLimits
 
 if not vpdq_available():
     if os.environ.get("OMNI_REQUIRE_VPDQ"):
@@ -177,7 +178,7 @@ def test_a_reencoded_copy_and_a_clip_inside_a_longer_video_match_and_another_vid
 def test_a_request_video_is_matched_through_the_bank_set_and_a_bad_one_is_a_counted_miss():
     banked = clip(3.0)
     banks = BankSet([bank_of(entry_of(banked, action="act"))],
-                    lambda item, limits: vpdq_of_video(item, limits))
+                    lambda item, limits, cancelled=None: vpdq_of_video(item, limits))
     verdict = banks.consult([MediaItem("videos", 0, reencoded(banked, 240, 180))])
     assert verdict.decides and verdict.shown.hash_type == "vpdq"
     wire = verdict.shown.to_wire()
@@ -231,3 +232,48 @@ def test_the_worker_hasher_returns_a_bad_videos_error_and_survives_a_hang_and_a_
         assert len(hasher.features(MediaItem("videos", 0, data))) == 2 and hasher.restarts == 2
     finally:
         hasher.close()
+
+
+def test_the_hasher_bounds_a_callers_whole_wait_lets_an_unwanted_one_go_leaves_no_files_and_stays_closed():
+    import threading
+
+    from omni.banks.video_hasher import VideoHasher, VideoHashFailed
+
+    hasher = VideoHasher(workers=1, timeout_s=60.0)
+    data = MediaItem("videos", 0, clip(1.0))
+    try:
+        assert len(hasher.features(data)) == 1
+        [directory] = hasher._all.values()             # the worker's own temporary directory
+        hasher.timeout_s = 1e-4                        # killed mid-hash: its directory goes with it
+        with pytest.raises(VideoHashFailed):
+            hasher.features(data)
+        assert not Path(directory).exists()
+        hasher.timeout_s = 0.5
+        hasher._turns.acquire()                        # every worker busy (a hostile video hashing, say)
+        try:
+            with pytest.raises(VideoHashFailed, match="no vPDQ worker was free within 0.5 s"):
+                hasher.features(data)                  # the wait for a turn counts in the timeout
+            hasher.timeout_s = 600.0
+            cancelled, outcome = threading.Event(), []
+
+            def unwanted():
+                try:
+                    hasher.features(data, MediaLimits(), cancelled)
+                except VideoHashFailed as exc:
+                    outcome.append(str(exc))
+
+            waiting = threading.Thread(target=unwanted)
+            waiting.start()
+            cancelled.set()                            # the request was answered without it
+            waiting.join(timeout=30)
+            assert not waiting.is_alive() and outcome == ["the hash is no longer wanted"]
+        finally:
+            hasher._turns.release()
+        assert len(hasher.features(data)) == 1
+        directories = list(hasher._all.values())
+    finally:
+        hasher.close()
+    assert directories and not any(Path(d).exists() for d in directories)
+    with pytest.raises(VideoHashFailed, match="closed"):
+        hasher.features(data)                          # closed stays closed: no worker starts again
+    assert hasher._all == {}
