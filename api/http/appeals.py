@@ -8,12 +8,15 @@ configured) as `{"event": "appeal_reversed", ...}`, keyed by the request id.
 Appeals need the decision log (`--decision-log`: the decision appealed must be logged) and the review directory
 (`--review-dir`: where `appeals.jsonl` is kept). A body over APPEAL_BODY_MAX_BYTES is a 413, one that is not a JSON
 object a 422, a reason missing, empty or over MAX_REASON_CHARS a 422 naming `reason` and the limit; an unknown or
-unlogged decision a 404; a decision appealed already, or an appeal decided already, a 409 saying since when.
+unlogged decision a 404 (a 503 naming the damaged line when the decision log has damaged lines the decision may be
+on: the log is searched past them); a decision appealed already, or an appeal decided already, a 409 saying since
+when.
 Knows nothing of the engine, the model or how the log is stored beyond `read_records`.
 """
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from anyio import to_thread
@@ -25,7 +28,9 @@ from api.http.errors import BodyTooLarge
 from api.http.identity import caller_of
 from omni.contract.errors import InvalidRequest
 from omni.contract.json_values import JSONObject
-from omni.review.appeals import MAX_REASON_CHARS, RESULTS, AppealBook, AppealNotFound
+from omni.review.appeals import MAX_REASON_CHARS, RESULTS, AppealBook, AppealLogDamaged, AppealNotFound
+
+log = logging.getLogger("omni.api")
 
 APPEAL_BODY_MAX_BYTES = 16 * 1024
 MAX_NOTE_CHARS = 2000
@@ -141,10 +146,16 @@ def _logged(svc: ServiceState, request_id: str) -> JSONObject | None:
     decision_log = svc.decision_log
     assert decision_log is not None                # _book checked it
     decision_log.flush(timeout_s=10.0)
-    found = None
-    for logged in read_records(decision_log.directory):      # the last record of that id: the one answered
+    found: JSONObject | None = None
+    damage: list[Exception] = []
+    for logged in read_records(decision_log.directory, damage.append):   # the last record of that id: the answered one
         if logged.record.get("request_id") == request_id:
             found = logged.record
+    if found is None and damage:
+        log.error("decision log damaged: %s", "; ".join(map(str, damage[:5])))
+        raise AppealLogDamaged(f"no readable record of the decision log has the request id {request_id!r}, and "
+                               f"{len(damage)} of its lines are damaged ({damage[0]}): it may be one of them; the "
+                               f"operator has to repair the log")
     if found is None:
         return None
     response = found.get("response") if isinstance(found.get("response"), dict) else {}

@@ -44,7 +44,7 @@ from omni.contract.errors import (
     UnknownModel,
 )
 from omni.contract.policy import PolicyError
-from omni.review.appeals import AppealConflict, AppealNotFound
+from omni.review.appeals import AppealConflict, AppealLogDamaged, AppealNotFound
 from preprocess.errors import CorruptMedia, MediaError, MediaErrors, MediaTooLarge, UnsupportedMedia
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ TABLE: dict[type[Exception], Rule] = {
     BankError: Rule(422, "bank_error", 5012),         # a bank file no longer reads (a reload)
     AppealNotFound: Rule(404, "not_found", 7000),     # no such logged decision, or no such appeal
     AppealConflict: Rule(409, "conflict", 5012),      # appealed already, or the appeal decided already
+    AppealLogDamaged: Rule(503, "decision_log_damaged", 3040),   # not found, and damaged lines may hold it
     Overloaded: Rule(429, "rate_limit_error", 3040, headers=_retry_after),
     NotReady: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5"}),
     Draining: Rule(503, "not_ready", 3040, headers=lambda e: {"Retry-After": "5", "Connection": "close"}),

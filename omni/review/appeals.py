@@ -36,6 +36,11 @@ class AppealNotFound(OmniError):
     """No such appeal (or no such logged decision to appeal)."""
 
 
+class AppealLogDamaged(OmniError):
+    """The appealed decision is not among the decision log's readable records, and some of its lines are damaged:
+    it may be one of them (an operator's matter, not the caller's)."""
+
+
 class AppealConflict(OmniError):
     """The decision was appealed already, or the appeal decided already."""
 

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,18 +94,20 @@ def segment_paths(directory: str | Path) -> list[Path]:
     return [folder / name for name in names(folder) if SEGMENT_NAME.fullmatch(name)]
 
 
-def read_records(path: str | Path) -> Iterator[LoggedDecision]:
+def read_records(path: str | Path, damaged: Callable[[DecisionLogReadError], None] | None = None
+                 ) -> Iterator[LoggedDecision]:
     """Every record of a log directory (segment by segment, line by line) or of one segment file. A torn last line
-    is skipped; anything else that is not a record raises DecisionLogReadError (file, line)."""
+    is skipped; anything else that is not a record raises DecisionLogReadError (file, line), or, given `damaged`,
+    is handed to it and skipped (a search for one record need not stop at another's damage)."""
     path = Path(path)
     if path.is_dir():
         if not (path / SEGMENTS_DIR).is_dir():
             raise DecisionLogReadError(path, 0, f"is not a decision log directory (no {SEGMENTS_DIR}/ folder)")
-        return _read_segments(segment_paths(path), path)
+        return _read_segments(segment_paths(path), path, damaged)
     if not path.exists():
         raise DecisionLogReadError(path, 0, "does not exist")
     root = path.parent.parent if path.parent.name == SEGMENTS_DIR else path.parent
-    return _read_segments([path], root)
+    return _read_segments([path], root, damaged)
 
 
 def read_media(directory: str | Path, sha256: str) -> bytes:
@@ -122,7 +124,8 @@ def read_media(directory: str | Path, sha256: str) -> bytes:
     return data
 
 
-def _read_segments(paths: list[Path], root: Path) -> Iterator[LoggedDecision]:
+def _read_segments(paths: list[Path], root: Path, damaged: Callable[[DecisionLogReadError], None] | None
+                   ) -> Iterator[LoggedDecision]:
     for path in paths:
         try:
             handle = open(path, "rb")  # noqa: SIM115  (closed by the with below; only the open's error is ours)
@@ -137,7 +140,10 @@ def _read_segments(paths: list[Path], root: Path) -> Iterator[LoggedDecision]:
                 except ValueError as exc:
                     if not raw.endswith(b"\n") and (raw.startswith(RECORD_PREFIX) or RECORD_PREFIX.startswith(raw)):
                         break       # torn last line: the writer stopped mid-write
-                    raise DecisionLogReadError(path, number, str(exc)) from None
+                    if damaged is None:
+                        raise DecisionLogReadError(path, number, str(exc)) from None
+                    damaged(DecisionLogReadError(path, number, str(exc)))
+                    continue
                 yield LoggedDecision(root, path, number, record)
 
 

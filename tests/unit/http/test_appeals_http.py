@@ -165,3 +165,19 @@ def test_callers_appeal_and_only_reviewers_decide(dirs):
         assert client.post("/v1/appeals/post-5/decision", json={"result": "upheld"}, headers=caller).status_code == 403
         decided = client.post("/v1/appeals/post-5/decision", json={"result": "upheld"}, headers=reviewer)
         assert decided.status_code == 200 and decided.json()["decided_by"] == "bob"
+
+
+def test_a_damaged_line_in_the_decision_log_costs_only_the_decisions_it_may_hold(dirs, tmp_path):
+    with served(**dirs) as (client, _):
+        decide(client, "post-7")
+        decide(client, "post-8")
+        client.app.state.service.decision_log.flush(timeout_s=10.0)      # the records on disk
+        [segment] = [p for p in (tmp_path / "log").rglob("*") if p.is_file() and b"post-7" in p.read_bytes()]
+        lines = segment.read_bytes().split(b"\n")
+        damaged = [line if b"post-7" not in line else b'{"damaged": ' + line[:40] for line in lines]
+        segment.write_bytes(b"\n".join(damaged))            # post-7's record damaged mid-file, post-8's whole
+        kept = client.post("/v1/decisions/post-8/appeal", json={"reason": "not me"})
+        assert kept.status_code == 201, kept.text
+        lost = client.post("/v1/decisions/post-7/appeal", json={"reason": "not me"})
+        assert lost.status_code == 503 and "damaged" in lost.text and segment.name in lost.text, lost.text
+        assert client.post("/v1/decisions/nobody/appeal", json={"reason": "x"}).status_code == 503
