@@ -26,5 +26,6 @@ def check_banks(tmp_path: Path) -> None:
     positive(versus, "model_p50_ms", "pdq_hash_p50_ms", "model_over_hash_and_lookup")
     served = one(lines, event="matched_vs_model")
     positive(served, "exact_p50_ms", "pdq_p50_ms", "vpdq_p50_ms", "model_p50_ms", "model_over_exact", "model_over_pdq",
-             "model_over_vpdq")
+             "model_over_vpdq", "server_model_p50_ms", "server_exact_p50_ms", "server_model_over_exact",
+             "server_model_over_pdq", "server_model_over_vpdq")
     assert one(lines, event="summary")["smoke"] is True
