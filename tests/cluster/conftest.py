@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,12 @@ def free_port() -> int:
 GCS_PORT_WAIT_S = "120"    # Ray's own default is 30 s; a loaded CI machine (an image build beside) can take longer
 
 
-def start_ray(ray, tries: int = 2) -> None:
+def start_ray(ray, tries: int = 3) -> None:
     """`ray.init` for a test module, patient with a busy machine: Ray waits up to RAY_gcs_server_port_wait_time_s
     for its GCS server to say its port (set to 120 s here unless the caller set it), and a start that still times
-    out is shut down and tried once more. A Ray that cannot start in either try fails the module's tests."""
+    out is shut down and tried again, up to `tries` times (a clean-clone CI run on 2026-12-05 saw two starts 2 minutes
+    apart time out with no GCS log at all, and the same worker's next start 2 minutes later succeed). A Ray that
+    cannot start in any try fails the module's tests."""
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
     for attempt in range(1, tries + 1):
         try:
@@ -65,6 +68,7 @@ def start_ray(ray, tries: int = 2) -> None:
             ray.shutdown()
             if attempt == tries:
                 raise
+            time.sleep(5.0)         # let the failed start's processes go before the next
 
 
 @pytest.fixture(scope="module")
