@@ -216,10 +216,9 @@ def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
     and checked), written beside the bank and moved over it atomically, so a failed add leaves it as it was."""
     import csv
     import io
-    import os
-    import tempfile
 
     from omni.banks.entries import parse_entry
+    from omni.review.history import atomic_write
 
     old = path.read_bytes() if path.exists() else b""
     if old and not old.endswith(b"\n"):
@@ -237,20 +236,4 @@ def _write_with(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
         writer.writerows(rows)
     else:
         buffer.writelines(json.dumps(row) + "\n" for row in rows)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}.adding.", suffix=path.suffix, dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(old + buffer.getvalue().encode("utf-8"))
-            out.flush()
-            os.fsync(out.fileno())           # on disk before it replaces the bank: a power cut keeps one whole file
-        os.chmod(temporary, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)                  # the rename itself survives a power cut
-    finally:
-        os.close(directory)
+    atomic_write(path, old + buffer.getvalue().encode("utf-8"))

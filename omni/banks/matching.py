@@ -145,20 +145,17 @@ class BankSet:
         from a thread of its own, while this thread hashes the photos (a video's hash is mostly waiting); the photos
         come first, so an act match on one is answered without waiting for the videos."""
         videos = [item for _, _, item in media if item.slot == "videos"] if self.has_vpdq else []
-        if not videos:
-            yield from ((position, medium, partial(self._perceptual, item, limits)) for position, medium, item in media)
-            return
-        pool, cancelled = ThreadPoolExecutor(max_workers=len(videos), thread_name_prefix="vpdq-wait"), threading.Event()
+        pool = ThreadPoolExecutor(max_workers=len(videos), thread_name_prefix="vpdq-wait") if videos else None
+        cancelled = threading.Event()
         try:
-            pending = {id(item): pool.submit(self._perceptual, item, limits, cancelled) for item in videos}
-            in_turn = sorted(media, key=lambda entry: id(entry[2]) in pending)     # the photos first, then the videos
-            for position, medium, item in in_turn:
+            pending = {id(item): pool.submit(self._perceptual, item, limits, cancelled) for item in videos} if pool else {}
+            for position, medium, item in sorted(media, key=lambda entry: id(entry[2]) in pending):   # photos first
                 future = pending.get(id(item))
-                yield position, medium, (future.result if future is not None else partial(self._perceptual, item,
-                                                                                          limits))
+                yield position, medium, future.result if future else partial(self._perceptual, item, limits)
         finally:    # a video not waited for: one still waiting for a worker leaves, one hashing ends within its timeout
             cancelled.set()
-            pool.shutdown(wait=False, cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def _perceptual(self, item: MediaItem, limits: MediaLimits, cancelled: threading.Event | None = None
                     ) -> Perceptual:

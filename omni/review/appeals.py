@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from omni.contract.errors import OmniError
 from omni.contract.json_values import JSONObject
-from omni.review.history import append_lines
-
-log = logging.getLogger("omni.review")
+from omni.review.history import append_lines, read_jsonl
 
 APPEALS_FILE = "appeals.jsonl"
 RESULTS = ("upheld", "reversed")
@@ -77,19 +74,13 @@ class AppealBook:
         self.path = Path(directory) / APPEALS_FILE
         self._lock = threading.Lock()
         self._appeals: dict[str, Appeal] = {}
-        if self.path.exists():
-            for number, raw in enumerate(self.path.read_bytes().split(b"\n"), 1):
-                event = _event(raw)
-                if event is None:       # a torn last line (a crash mid-write, cut mid-character even): never happened
-                    if raw.strip():
-                        log.warning("%s line %d is not an appeal event: skipped", self.path, number)
-                    continue
-                self._apply(event)
+        for event in read_jsonl(self.path, _event, "an appeal event"):   # a torn last line: never happened
+            self._apply(event)
 
     def _apply(self, event: JSONObject) -> None:
         request_id = str(event["request_id"])
         if event["event"] == "appealed":
-            decision = event["decision"]
+            decision = event.get("decision")
             self._appeals[request_id] = Appeal(request_id, str(event["reason"]), str(event["by"]), str(event["at"]),
                                                decision if isinstance(decision, dict) else {})
         elif event["event"] == "decided" and request_id in self._appeals:
@@ -141,15 +132,11 @@ def _conflict(appeal: Appeal) -> str:
             f"{appeal.decided_by} at {appeal.decided_at}")
 
 
-def _event(raw: bytes) -> JSONObject | None:
-    """One line of the appeals file as an event, or None: not UTF-8, not JSON, or not an event this book wrote."""
-    try:
-        event = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+def _event(value: object) -> JSONObject | None:
+    """One line's JSON value as an event, or None: not an event this book wrote."""
+    if not isinstance(value, dict) or value.get("event") not in ("appealed", "decided") or not all(
+            key in value for key in ("request_id", "by", "at")):
         return None
-    if not isinstance(event, dict) or event.get("event") not in ("appealed", "decided") or not all(
-            key in event for key in ("request_id", "by", "at")):
+    if value["event"] == "appealed" and "reason" not in value or value["event"] == "decided" and "result" not in value:
         return None
-    if event["event"] == "appealed" and "reason" not in event or event["event"] == "decided" and "result" not in event:
-        return None
-    return event
+    return value

@@ -20,19 +20,22 @@ Knows nothing of HTTP, queues, requests, media or the model: it sees item keys, 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 from omni.contract.errors import quoted
 from omni.contract.json_values import JSONObject
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HISTORY_FILE = "history.jsonl"
 ACTIONS = ("label", "comment", "flag", "skip", "revert")
@@ -395,23 +398,30 @@ class ReviewHistory:
 # ------------------------------------------------------------------------------------------------ files
 def read_events(path: Path) -> list[Event]:
     """Every event of a history file, in order; lines that do not read as one are skipped (a torn last write)."""
+    return read_jsonl(path, Event.from_json, "a history event")
+
+
+def read_jsonl(path: Path, parse: Callable[[Any], T | None], what: str) -> list[T]:
+    """What `parse` makes of each line's JSON value, in order, for an append-only JSONL file. A line that is not JSON
+    (not UTF-8, cut inside a character, nested past any use) or that `parse` refuses (None or ValueError) is skipped:
+    a whole one with a warning naming it `what`; the last piece, without its "\n", silently (a torn last write)."""
     if not path.exists():
         return []
-    events = []
+    values = []
     lines = path.read_bytes().split(b"\n")
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
-            event = Event.from_json(json.loads(raw))
-        except ValueError:
-            event = None
-        if event is None:
+            value = parse(json.loads(raw))
+        except (ValueError, RecursionError):      # UnicodeDecodeError is a ValueError
+            value = None
+        if value is None:
             if number < len(lines):                 # a whole line; the last piece has no "\n": a torn last write
-                log.warning("%s line %d is not a history event: skipped", path, number)
+                log.warning("%s line %d is not %s: skipped", path, number, what)
             continue
-        events.append(event)
-    return events
+        values.append(value)
+    return values
 
 
 def append_lines(path: Path, lines: Iterable[str], sync: bool = True) -> None:
@@ -431,10 +441,24 @@ def append_lines(path: Path, lines: Iterable[str], sync: bool = True) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write a whole file under a temporary name, then rename it over the old one."""
+    """Write a whole file under a temporary name beside it (fsynced, the old file's permissions), then rename it over
+    the old one and fsync the folder: a crash or power cut leaves the old file or the new one, whole, and never a
+    temporary one behind a failed write."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)                           # the rename itself survives a power cut
+    finally:
+        os.close(folder)

@@ -164,4 +164,4 @@ def test_add_keeps_the_banks_own_column_order_and_waits_for_another_add(tmp_path
     listed = json.loads(omni("check", bank).stdout)                        # the bank still reads, every row in place
     assert listed["entries"] == 1 + json.loads(out)["added"]
     assert bank.read_text().splitlines()[0] == "label,hash_type,hash,action,source,added"
-    assert not list(tmp_path.glob(".reordered.adding*"))                 # no temporary file left behind
+    assert not list(tmp_path.glob(".reordered.csv.*.tmp"))               # no temporary file left behind
