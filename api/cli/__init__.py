@@ -24,6 +24,8 @@
     doctor.py  `omni doctor [--model DIR]`: the machine and a checkpoint checked without loading it (exit 1 on a fail)
     doctor_plan.py  `omni doctor --plan [--json]`: the memory plan of a checkpoint's configs, as text or JSON
     bank.py    `omni bank check FILE...`, `omni bank lookup FILE... --image PHOTO --file ANY`: hash banks (no model)
+    bank_flags.py  `--bank FILE` / `--bank-pdq-threshold BANK=BITS` of `omni decide` and `omni batch`: the banks read
+               for a model run here
     line.py    `omni line CONFIG.toml [--status]`: an inspection line run (api.line), or its one-screen status
 
 Every request goes through the same wire parser as HTTP. Knows nothing of model internals.

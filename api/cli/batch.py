@@ -5,7 +5,8 @@ lines at once; failures described by the service's one error table, `api.http.er
 equals what HTTP would answer) or a running server (`--url`, `api.cli.remote`) — and hands it to
 `omni.serve.backlog.run_backlog`. Input lines are the dataset format of `omni eval` with `labels` optional (and
 ignored), media as data URLs or paths relative to IN.jsonl. `--adapter NAME=PATH` (repeatable) serves adapters
-beside the model; each line's `model` selects one (docs/adapters.md). Exit status: 0 every line answered, 1 some
+beside the model; each line's `model` selects one (docs/adapters.md). `--bank FILE` consults hash banks before the
+model (`api.cli.bank_flags`; with `--url`, the server's own `--bank` apply). Exit status: 0 every line answered, 1 some
 lines have error records (rerun to retry them), 3 the run stopped early (a server that cannot be reached), 2 usage
 errors.
 Knows nothing of model internals or of how the engine batches; reads no environment.
@@ -19,12 +20,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from api.cli.bank_flags import add_bank_flags
 from api.cli.decide import add_adapter_flag, add_quantize_flag, add_torch_threads_flag
 from omni.contract.config import EngineConfig
 
 if TYPE_CHECKING:
+    from omni.banks.shelf import BankShelf
     from omni.contract.policy import Policy
-    from omni.contract.types import DecisionRequest
+    from omni.contract.types import Decision, DecisionRequest
     from omni.serve.backlog import Backend, BacklogSummary, Describe, EngineBackend
     from omni.serve.engine import DecisionEngine
 
@@ -58,6 +61,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--policy", metavar="FILE",
                        help="a policy (TOML): each record's response gets x_outcome (act / review / pass); with "
                             "--url the server's own --policy applies")
+    add_bank_flags(model)
 
 
 def run_batch(args: argparse.Namespace) -> int:
@@ -101,19 +105,35 @@ def _remote(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]
 
 def _in_process(args: argparse.Namespace) -> tuple[Backend, int, Callable[[], None]]:
     """(backend, lines in flight, close) with a model loaded here."""
+    from api.cli.bank_flags import bank_shelf
     from api.cli.decide import quiet_model_loading
     from omni.contract.policy import read_policy
 
     policy = read_policy(args.policy) if args.policy else None      # PolicyError: exit 2 before the model loads
+    shelf = bank_shelf(args)                                         # BankError likewise
     quiet_model_loading(args.quiet)
     config = engine_config(args)
-    engine = start_engine(config)
+    engine: DecisionEngine | None = None
     try:
-        backend = engine_backend(engine, args.input, args.request_timeout_s, retries=args.retries, policy=policy)
+        engine = start_engine(config)
+        backend = engine_backend(engine, args.input, args.request_timeout_s, retries=args.retries, policy=policy,
+                                 banks=shelf)
     except BaseException:
-        engine.stop()
+        _closed(engine, shelf)()
         raise
-    return backend, args.concurrency or 2 * config.max_batch_records, engine.stop
+    return backend, args.concurrency or 2 * config.max_batch_records, _closed(engine, shelf)
+
+
+def _closed(engine: DecisionEngine | None, shelf: BankShelf | None) -> Callable[[], None]:
+    """What ends an in-process run: the engine stopped, the banks' video hashers ended."""
+    def close() -> None:
+        try:
+            if engine is not None:
+                engine.stop()
+        finally:
+            if shelf is not None:
+                shelf.close()
+    return close
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -125,6 +145,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
                                                              "max_batch_records", "adapter")
                    if getattr(args, name) is not None]
     model_flags += ["--policy"] if args.url and args.policy else []
+    model_flags += ["--bank"] if args.url and args.bank else []
+    model_flags += ["--bank-pdq-threshold"] if args.url and args.bank_pdq_threshold else []
     if args.url and model_flags:
         return f"{', '.join(model_flags)}: the server at --url runs its own model; leave these out"
     if args.api_key and not args.url:
@@ -156,7 +178,7 @@ def start_engine(config: EngineConfig) -> DecisionEngine:
 
 
 def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: float | None = None,
-                   retries: int = 5, policy: Policy | None = None) -> EngineBackend:
+                   retries: int = 5, policy: Policy | None = None, banks: BankShelf | None = None) -> EngineBackend:
     """The in-process backend for a backlog at `input_path`: its lines parsed with the engine's own rules."""
     from api.http.errors import BodyTooLarge
     from api.http.settings import Settings
@@ -174,7 +196,14 @@ def engine_backend(engine: DecisionEngine, input_path: str | Path, deadline_s: f
             raise BodyTooLarge(f"body of {len(text)} bytes is over the {cap_bytes}-byte limit")
         return parse_request_line(text, root, engine.config, adapters=names())
 
-    return EngineBackend(engine, parse, deadline_s, retries=retries, policy=policy)
+    gate = None
+    if banks is not None:
+        from omni.banks.gate import decided
+
+        def gate(request: DecisionRequest, forward: Callable[[DecisionRequest], Decision]) -> Decision:
+            return decided(banks, request, engine.config, forward)
+
+    return EngineBackend(engine, parse, deadline_s, retries=retries, policy=policy, gate=gate)
 
 
 def _describe() -> Describe:

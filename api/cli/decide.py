@@ -4,7 +4,8 @@ An edge like HTTP: reads the request JSON (a file or stdin), turns `--image/--au
 `--part NAME=FILE` into named parts exactly as a multipart upload's file parts, and hands both to the one wire parser
 (`omni.contract.request.parse_request`), so every media form (Clef slots, TypeSafe assets, llama.cpp files) behaves
 as over HTTP. `--adapter NAME=PATH` answers with an adapter folder (docs/adapters.md): loaded beside the model, and
-the request's `model` set to it unless the body names another adapter given. Knows nothing of model internals;
+the request's `model` set to it unless the body names another adapter given. `--bank FILE` consults hash banks first
+(`api.cli.bank_flags`): a match that decides answers without loading the model. Knows nothing of model internals;
 settings from the environment come only through `api.http.settings`.
 """
 from __future__ import annotations
@@ -16,10 +17,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from api.cli.bank_flags import add_bank_flags
 from omni.contract.config import EngineConfig
 
 if TYPE_CHECKING:
+    from omni.banks.shelf import BankShelf
     from omni.contract.json_values import JSONValue
+    from omni.contract.types import Decision, DecisionRequest
 
 MEDIA_FLAGS = ("image", "audio", "video")   # --image FILE joins `images`, --audio `audio`, --video `videos`
 
@@ -78,6 +82,7 @@ def add_decide_arguments(parser: argparse.ArgumentParser) -> None:
                              "answer's; `all`: every option's too; docs/evidence.md)")
     add_adapter_flag(parser, "answer with the adapter folder PATH, as model NAME (repeatable: the body's `model` "
                              "chooses among them, else the first answers)")
+    add_bank_flags(parser)
     add_model_arguments(parser)
 
 
@@ -144,10 +149,10 @@ def read_body(source: str) -> JSONValue:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
+    from api.cli.bank_flags import bank_shelf
     from omni.contract.outcomes import with_outcome
     from omni.contract.policy import read_policy
     from omni.contract.request import parse_request
-    from omni.serve.engine import DecisionEngine
 
     policy = read_policy(args.policy) if args.policy else None      # PolicyError: exit 2 before the model loads
     config = engine_config_from_args(args)
@@ -159,9 +164,25 @@ def cmd_decide(args: argparse.Namespace) -> int:
         body = {**body, "x_evidence": True if args.evidence == "chosen" else {"options": "all"}}
     request = parse_request(with_adapter_model(body, adapters), config, cli_parts(args),
                             adapters=[name for name, _ in adapters])
-    decision = with_outcome(DecisionEngine(config).decide(request), request, policy)
+    shelf = bank_shelf(args)                                         # BankError: exit 2 before the model loads
+    try:
+        decision = with_outcome(_answered(shelf, request, config), request, policy)
+    finally:
+        if shelf is not None:
+            shelf.close()
     print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=None if args.compact else 2))
     return 0
+
+
+def _answered(shelf: BankShelf | None, request: DecisionRequest, config: EngineConfig) -> Decision:
+    """The model's decision; with banks, theirs first: a match that decides answers and the model is never loaded."""
+    from omni.serve.engine import DecisionEngine
+
+    if shelf is None:
+        return DecisionEngine(config).decide(request)
+    from omni.banks.gate import decided
+
+    return decided(shelf, request, config, lambda asked: DecisionEngine(config).decide(asked))
 
 
 def add_make_tiny_arguments(parser: argparse.ArgumentParser) -> None:

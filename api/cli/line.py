@@ -3,7 +3,8 @@
 
 Reads the config (`api.line.config`: a mistake is one line naming the file, line and key; exit 2), the policy, opens
 the ledger, loads the engine (or points at the server), starts the status server and runs the line until SIGTERM or
-SIGINT; then it stops taking triggers, lets the units in flight settle and the sinks take what is theirs (the ledger
+SIGINT (an in-process model consults the `[model] banks` first: docs/banks.md); then it stops taking
+triggers, lets the units in flight settle and the sinks take what is theirs (the ledger
 keeps the rest for the next start). Knows nothing of transports or model internals.
 """
 from __future__ import annotations
@@ -78,13 +79,28 @@ def _decider(config: LineConfig, quiet: bool) -> tuple[Any, Any]:
         return RemoteDecider(config.model.url, config.template, config.model_name, config.model.api_key,
                              config.model.timeout_s, max_connections=config.max_in_flight), None
     policy = read_policy(config.policy_path) if config.policy_path else None    # before the model loads
+    banks = _banks(config)                                                       # BankError likewise
     from api.cli.batch import start_engine
     from api.cli.decide import quiet_model_loading
 
     quiet_model_loading(quiet)
     engine_config = engine_config_of(config)
-    engine = start_engine(engine_config)
-    return EngineDecider(engine, engine_config, config.template, policy, config.model_name), engine
+    try:
+        engine = start_engine(engine_config)
+    except BaseException:
+        if banks is not None:
+            banks.close()
+        raise
+    return EngineDecider(engine, engine_config, config.template, policy, config.model_name, banks), engine
+
+
+def _banks(config: LineConfig) -> Any:
+    """The `[model] banks`, read and indexed (a `BankShelf`; BankError naming the file, line and field), or None."""
+    if not config.model.banks:
+        return None
+    from omni.banks.opening import open_banks
+
+    return open_banks(config.model.banks, dict(config.model.bank_pdq_thresholds))
 
 
 async def _run(config: LineConfig, quiet: bool) -> int:

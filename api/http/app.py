@@ -169,20 +169,10 @@ def _banks(settings: Settings) -> BankShelf | None:
     """The hash banks with --bank, read and indexed (BankError naming the file, line and field), else None."""
     if not settings.bank:
         return None
-    from omni.banks.entries import BankError
-    try:   # lazily: faiss and pdqhash (the [banks] extra) only when banks are given
-        from omni.banks.shelf import BankShelf
-    except ImportError as exc:
-        raise BankError(f"--bank needs the [banks] extra (pdqhash, faiss-cpu): pip install 'omni-decide[banks]' "
-                        f"({exc})") from None
-    from omni.banks.video_hasher import VideoHasher
+    from omni.banks.opening import open_banks
 
-    shelf = BankShelf(settings.bank, bank_pdq_thresholds(settings.bank_pdq_threshold),
-                      VideoHasher(settings.bank_vpdq_workers, settings.bank_vpdq_timeout_s))
-    for bank in shelf.described():
-        log.info("bank %r: %d entries, version %s, PDQ threshold %d bits, from %s", bank["name"], bank["entries"],
-                 bank["version"], bank["pdq_threshold"], bank["path"])
-    return shelf
+    return open_banks(settings.bank, bank_pdq_thresholds(settings.bank_pdq_threshold), settings.bank_vpdq_workers,
+                      settings.bank_vpdq_timeout_s)
 
 
 def _policy(settings: Settings) -> PolicySource | None:

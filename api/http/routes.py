@@ -47,12 +47,8 @@ from omni.contract.request import parse_request
 from omni.contract.types import Decision, DecisionRequest
 
 if TYPE_CHECKING:
-    from omni.banks.matching import BankSet, Verdict
-    from omni.banks.shelf import BankShelf
+    from omni.banks.gate import Consulted
     from omni.review.queues import ReviewQueues
-    from preprocess.media import MediaLimits
-
-    LookedUp = tuple[BankSet, Verdict]
 
 log = logging.getLogger("omni.api")
 INLINE_PARSE_MAX_BYTES = 16 * 1024  # smaller uncompressed bodies are parsed on the event loop
@@ -156,29 +152,24 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     t_parse = time.monotonic()
     prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body, audit)
     if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
-        decision_request, looked_up = _prepare(*prepare_args, consult=False)  # microseconds: cheaper than a thread hop
+        decision_request, consulted = _prepare(*prepare_args, consult=False)  # microseconds: cheaper than a thread hop
         if svc.banks is not None and decision_request.media:   # hashing (a decode, a video's vPDQ): never on the loop
-            looked_up = await anyio.to_thread.run_sync(_consulted, svc.banks, decision_request,
-                                                       svc.settings.engine.media, limiter=svc.parse_limiter)
+            consulted = await anyio.to_thread.run_sync(_consulted, svc, decision_request, limiter=svc.parse_limiter)
     else:
-        decision_request, looked_up = await anyio.to_thread.run_sync(_prepare, *prepare_args,
+        decision_request, consulted = await anyio.to_thread.run_sync(_prepare, *prepare_args,
                                                                      limiter=svc.parse_limiter)
-    parse_s = time.monotonic() - t_parse - (looked_up[1].lookup_ms / 1000 if looked_up is not None else 0.0)
+    parse_s = time.monotonic() - t_parse - (consulted.verdict.lookup_ms / 1000 if consulted is not None else 0.0)
     svc.metrics.observe_parse(parse_s)
     request.state.decision_request = decision_request
-    if looked_up is not None:
-        svc.metrics.observe_banks(looked_up[1])
-    if looked_up is not None and looked_up[1].decides:     # a bank answers: no forward pass
-        from omni.banks.decisions import answered_by_bank
-
-        decision = answered_by_bank(decision_request, looked_up[1], svc.settings.engine.served_name,
-                                    looked_up[0].named())
+    if consulted is not None:
+        svc.metrics.observe_banks(consulted.verdict)
+    answered = consulted.answer(decision_request, svc.settings.engine) if consulted is not None else None
+    if answered is not None:                         # a bank answers: no forward pass
+        decision = answered
     else:
         decision = await _forwarded(svc, decision_request, arrived)
-        if looked_up is not None:                          # the match rides along; the audit names the banks
-            from omni.banks.decisions import with_match
-
-            decision = with_match(decision, looked_up[1], looked_up[0].named())
+        if consulted is not None:                    # the match rides along; the audit names the banks
+            decision = consulted.joined(decision)
     policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
     decision = shown_evidence(with_outcome(decision, decision_request, policy), decision_request)
     svc.metrics.observe_decision(decision)
@@ -251,7 +242,7 @@ async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> by
 
 def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
              adapt_body: Callable[[Any], Any] | None, audit: bool, consult: bool = True
-             ) -> tuple[DecisionRequest, LookedUp | None]:
+             ) -> tuple[DecisionRequest, Consulted | None]:
     """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64, the media's hashes) stays off the
     event loop. With banks in force, media sent and `consult`: the banks consulted and what they found (a small body
     parsed on the loop is consulted in the pool after, by `_consulted`)."""
@@ -263,14 +254,15 @@ def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id:
                                            audit=decision_request.audit or audit)
     if not consult or svc.banks is None or not decision_request.media:
         return decision_request, None
-    return decision_request, _consulted(svc.banks, decision_request, svc.settings.engine.media)
+    return decision_request, _consulted(svc, decision_request)
 
 
-def _consulted(shelf: BankShelf, decision_request: DecisionRequest, limits: MediaLimits) -> LookedUp:
+def _consulted(svc: ServiceState, decision_request: DecisionRequest) -> Consulted | None:
     """The banks in force and what they found for the request's media (a photo's decode and PDQ hash, a video's wait
     for its vPDQ worker: the edge thread pool's work, never the event loop's)."""
-    banks = shelf.current                        # taken once: a reload mid-request does not mix two sets
-    return banks, banks.consult(decision_request.media, limits)
+    from omni.banks.gate import consult
+
+    return consult(svc.banks, decision_request, svc.settings.engine.media)
 
 
 @router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,

@@ -7,8 +7,9 @@
     [request]   template (a System One request JSON: questions, optional state and model), policy (TOML),
                 model (an adapter name, where the engine serves adapters)
     [model]     in process: checkpoint, device, dtype, quantize, torch_threads, adapters ({name = folder}),
-                media_cache_mb, prefix_cache_mb (a line rarely sees the same media twice: 0 saves the memory);
-                or url (+ api_key_file) of a running `omni serve`
+                media_cache_mb, prefix_cache_mb (a line rarely sees the same media twice: 0 saves the memory),
+                banks (hash bank files, consulted before the model), bank_pdq_threshold ({bank = bits});
+                or url (+ api_key_file) of a running `omni serve` (which consults its own --bank)
     [status]    listen ("127.0.0.1:9310"; "" for none): /metrics, /health and /status
     [[source]]  type = "folder" | "mqtt" | "opcua", and that type's keys
     [[sink]]    type = "mqtt" | "opcua" | "webhook", and that type's keys (the ledger is always a sink)
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 from api.line.config_reader import TableReader
 from api.line.ports import LineError, Sink, Source
+from omni.banks.entries import MAX_PDQ_THRESHOLD
 from omni.contract.toml_text import TomlProblem, load_toml
 
 SOURCE_MODULES = {"folder": "api.line.folder", "mqtt": "api.line.mqtt", "opcua": "api.line.opcua"}
@@ -34,8 +36,9 @@ OUTCOMES = ("act", "review", "pass")
 TOP_KEYS = ("line", "request", "model", "status", "source", "sink")
 LINE_KEYS = ("name", "root", "ledger", "deadline_ms", "fallback", "max_queued_units", "max_in_flight")
 REQUEST_KEYS = ("template", "policy", "model")
-MODEL_KEYS = ("checkpoint", "device", "dtype", "quantize", "torch_threads", "adapters", "media_cache_mb",
-              "prefix_cache_mb", "url", "api_key_file", "timeout_s")
+LOCAL_MODEL_KEYS = ("checkpoint", "device", "dtype", "quantize", "torch_threads", "adapters", "media_cache_mb",
+                    "prefix_cache_mb", "banks", "bank_pdq_threshold")     # the model here: none with `url`
+MODEL_KEYS = (*LOCAL_MODEL_KEYS, "url", "api_key_file", "timeout_s")
 STATUS_KEYS = ("listen",)
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -60,6 +63,8 @@ class ModelConfig:
     quantize: str | None = None
     torch_threads: int | None = None
     adapters: tuple[tuple[str, str], ...] = ()
+    banks: tuple[str, ...] = ()                          # hash bank files, consulted before the model (docs/banks.md)
+    bank_pdq_thresholds: tuple[tuple[str, int], ...] = ()   # (bank, bits)
     media_cache_mb: float | None = None
     prefix_cache_mb: float | None = None
     url: str | None = None
@@ -174,7 +179,7 @@ def _model(reader: TableReader, table: dict[str, Any]) -> ModelConfig:
     model = reader.table(table, "model", "")
     reader.no_unknown_keys(model, MODEL_KEYS, "model")
     url = reader.string(model, "url", "model", None)
-    local = [key for key in MODEL_KEYS[:8] if key in model]
+    local = [key for key in LOCAL_MODEL_KEYS if key in model]
     if url and local:
         raise reader.error("model", local[0], "the server at model.url runs its own model; leave this out")
     if url and not url.startswith(("http://", "https://")):
@@ -188,16 +193,44 @@ def _model(reader: TableReader, table: dict[str, Any]) -> ModelConfig:
     adapters = reader.table(model, "adapters", "model")
     pairs = tuple((str(name), str(reader.path(adapters, name, "model.adapters", must_exist=True)))
                   for name in adapters)
+    banks, thresholds = _banks(reader, model)
     return ModelConfig(checkpoint=reader.string(model, "checkpoint", "model", None),
                        device=reader.string(model, "device", "model", None),
                        dtype=reader.string(model, "dtype", "model", None),
                        quantize=reader.string(model, "quantize", "model", None,
                                               choices=("none", "int8", "fp8", "nf4", "int4")),
                        torch_threads=reader.integer(model, "torch_threads", "model", None, low=1, high=1024),
-                       adapters=pairs, url=url, api_key=api_key,
+                       adapters=pairs, banks=banks, bank_pdq_thresholds=thresholds, url=url, api_key=api_key,
                        media_cache_mb=reader.number(model, "media_cache_mb", "model", None, low=0),
                        prefix_cache_mb=reader.number(model, "prefix_cache_mb", "model", None, low=0),
                        timeout_s=reader.number(model, "timeout_s", "model", 60.0, low=0.1, high=3600))
+
+
+def _banks(reader: TableReader, model: dict[str, Any]) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    """`banks = ["known.csv", ...]` (files read from the config's folder; each must exist) and `bank_pdq_threshold =
+    {BANK = BITS}` (a bank named by its file's stem, one of those given); the files themselves are read when the line
+    starts, each mistake there named by file, line and field."""
+    names = reader.strings(model, "banks", "model", ())
+    paths = []
+    for index, name in enumerate(names):
+        path = (reader.base_dir / Path(name).expanduser()).resolve()
+        if not path.is_file():
+            raise reader.error("model", "banks", f"[{index}] {path}: no such file")
+        paths.append(str(path))
+    table = reader.table(model, "bank_pdq_threshold", "model")
+    if table and not paths:
+        raise reader.error("model", "bank_pdq_threshold", "goes with model.banks")
+    stems = {Path(path).stem for path in paths}
+    thresholds = []
+    for bank, bits in table.items():
+        if bank not in stems:
+            raise reader.error("model", "bank_pdq_threshold",
+                               f"{bank}: names no bank of model.banks ({', '.join(sorted(stems))})")
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= MAX_PDQ_THRESHOLD:
+            raise reader.error("model", "bank_pdq_threshold",
+                               f"{bank}: must be an integer 0..{MAX_PDQ_THRESHOLD} (bits), not {bits!r}")
+        thresholds.append((bank, bits))
+    return tuple(paths), tuple(thresholds)
 
 
 def _part(reader: TableReader, item: dict[str, Any], where: str, modules: dict[str, str], parser: str,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -30,6 +31,10 @@ from omni.serve.surface import ServingEngine
 from preprocess.errors import MediaTooLarge
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
+
+if TYPE_CHECKING:
+    from omni.banks.gate import Consulted
+    from omni.banks.shelf import BankShelf
 
 ROUTE = "/v1/systemone"
 
@@ -93,13 +98,16 @@ def read_file(path: Path, i: int, slot: str, limits: MediaLimits) -> bytes:
 
 
 class EngineDecider:
-    """A `ServingEngine` in this process, the line's policy applied to its answers."""
+    """A `ServingEngine` in this process, the line's policy applied to its answers; with `banks` (a `BankShelf`), the
+    unit's media consulted first (`omni.banks.gate`, in a thread): a match that decides answers without the engine,
+    any other rides along its answer."""
 
     name = "engine"
 
     def __init__(self, engine: ServingEngine, config: EngineConfig, template: dict[str, Any],
-                 policy: Policy | None, model: str | None = None):
+                 policy: Policy | None, model: str | None = None, banks: BankShelf | None = None):
         self.engine, self.config, self.template, self.policy, self.model = engine, config, template, policy, model
+        self.banks = banks
 
     def _request(self, trigger: Trigger) -> DecisionRequest:
         parts = [Part(slot, read_file(path, i, slot, self.config.media), origin=f"file {path.name}")
@@ -110,8 +118,14 @@ class EngineDecider:
     async def decide(self, trigger: Trigger, deadline_s: float) -> dict[str, Any]:
         try:
             request = await asyncio.to_thread(self._request, trigger)
-            future = self.engine.submit(request, deadline_s=deadline_s)
-            decision = await (asyncio.wrap_future(future) if not isinstance(future, asyncio.Future) else future)
+            started_s = time.monotonic()
+            consulted = await asyncio.to_thread(self._consulted, request) if self.banks is not None else None
+            decision = consulted.answer(request, self.config) if consulted is not None else None
+            if decision is None:
+                remaining_s = max(deadline_s - (time.monotonic() - started_s), 0.001)
+                future = self.engine.submit(request, deadline_s=remaining_s)
+                decision = await (asyncio.wrap_future(future) if not isinstance(future, asyncio.Future) else future)
+                decision = consulted.joined(decision) if consulted is not None else decision
             return with_outcome(decision, request, self.policy).to_wire()
         except asyncio.CancelledError:
             raise
@@ -119,8 +133,14 @@ class EngineDecider:
             status, body, _ = error_payload(exc, trigger.unit_id)
             raise DecideFailed(status, body) from exc
 
+    def _consulted(self, request: DecisionRequest) -> Consulted | None:
+        from omni.banks.gate import consult
+
+        return consult(self.banks, request, self.config.media)
+
     async def close(self) -> None:
-        return None
+        if self.banks is not None:
+            await asyncio.to_thread(self.banks.close)
 
 
 class RemoteDecider:

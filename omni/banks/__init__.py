@@ -13,6 +13,9 @@
     vpdq_worker.py  the worker process a `VideoHasher` runs (`python -m omni.banks.vpdq_worker`): jobs in on stdin,
                   vPDQ features or the typed media error out on stdout
     decisions.py  the decision a bank answers (no forward), or the model's with the match riding along
+    gate.py       the banks before the model wherever a request is answered (`omni serve`, `omni decide`, `omni batch`,
+                  an in-process `omni line`): consult, the bank's answer or the model's with the match
+    opening.py    `open_banks`: bank files read and indexed with their video hasher, the same for every command
 
 A medium's hashes come from `preprocess/hashes.py`. Knows nothing of HTTP, the engine's internals or policies: the
 decision path asks it, and it answers matches and decisions.

@@ -1,8 +1,8 @@
 """What a bank match makes of a decision: the answer without a forward pass, or the model's answer with the match.
 
-`answered_by_bank(request, verdict, served_name, banks)`: the Decision of a request whose match decides it (`act`,
-`review`, or `pass` of every medium; omni/banks/matching.py): no answers (no forward ran), `x_match`, and an audit
-record that says so — the served model's name with an empty sha256, the prompt template "none", batch size 0, no
+`answered_by_bank(request, verdict, served_name, banks, audit_shown)`: the Decision of a request whose match decides
+it (`act`, `review`, or `pass` of every medium; omni/banks/matching.py): no answers (no forward ran), `x_match`, and
+an audit record (shown when `audit_shown`, by default when the request asks) that says so — the served model's name with an empty sha256, the prompt template "none", batch size 0, no
 probabilities, the media by sha256, the banks consulted and the match. The outcome (the match's action) is put on it
 by `omni.contract.outcomes.with_outcome`, as every outcome is.
 `with_match(decision, verdict, banks)`: the model's decision with the match riding along (`flag`, or a `pass` beside
@@ -29,7 +29,7 @@ NO_MODEL_SOURCE = "none: answered by a hash bank, no forward pass"
 
 
 def answered_by_bank(request: DecisionRequest, verdict: Verdict, served_name: str,
-                     banks: Sequence[JSONObject]) -> Decision:
+                     banks: Sequence[JSONObject], audit_shown: bool | None = None) -> Decision:
     assert verdict.shown is not None and verdict.decides
     match = verdict.shown.to_wire()
     model = request.model or served_name
@@ -48,7 +48,8 @@ def answered_by_bank(request: DecisionRequest, verdict: Verdict, served_name: st
         request_id=request.request_id, decided_at=decided_at.replace("+00:00", "Z"),
         banks=tuple(dict(bank) for bank in banks), match=match)
     return Decision(model=model, answers={}, usage=Usage(0, 0), timings_ms={"match": verdict.lookup_ms},
-                    batch_size=0, audit=audit, audit_shown=request.audit, match=match, answered_by_bank=True)
+                    batch_size=0, audit=audit, audit_shown=request.audit if audit_shown is None else audit_shown,
+                    match=match, answered_by_bank=True)
 
 
 def with_match(decision: Decision, verdict: Verdict, banks: Sequence[JSONObject]) -> Decision:

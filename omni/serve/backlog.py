@@ -33,7 +33,7 @@ from omni.contract.batch_file import read_batch_output
 from omni.contract.errors import NotReady, Overloaded
 from omni.contract.outcomes import with_outcome
 from omni.contract.policy import Policy
-from omni.contract.types import DecisionRequest
+from omni.contract.types import Decision, DecisionRequest
 from omni.serve.engine import DecisionEngine
 
 __all__ = ["BackendUnavailable", "BacklogSummary", "EngineBackend", "LineFailed", "OutputWriter", "answered_lines",
@@ -41,6 +41,7 @@ __all__ = ["BackendUnavailable", "BacklogSummary", "EngineBackend", "LineFailed"
            "settled_lines"]
 
 Describe = Callable[[BaseException, str], tuple[int, dict]]
+Gate = Callable[[DecisionRequest, Callable[[DecisionRequest], Decision]], Decision]   # (request, forward) -> decision
 # characters Python's str.splitlines() breaks on that json.dumps(ensure_ascii=False) leaves raw inside strings
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
 
@@ -75,21 +76,27 @@ class BacklogSummary:
 
 class EngineBackend:
     """In-process: `parse(text) -> DecisionRequest`, then the engine's serving path (admission, decode pool,
-    micro-batcher). A full queue (Overloaded) or a stopping engine is retried `retries` times after its wait."""
+    micro-batcher). A full queue (Overloaded) or a stopping engine is retried `retries` times after its wait. With
+    `gate(request, forward) -> Decision` (the hash banks, consulted first: the edge builds it on `omni.banks.gate`),
+    each line goes through it, which calls `forward` (the engine, with the retries) only when it must."""
 
     def __init__(self, engine: DecisionEngine, parse: Callable[[bytes], DecisionRequest], deadline_s: float | None = None,
                  retries: int = 5, max_wait_s: float = 30.0, sleep: Callable[[float], None] = time.sleep,
-                 policy: Policy | None = None):
+                 policy: Policy | None = None, gate: Gate | None = None):
         self.engine, self.parse, self.deadline_s = engine, parse, deadline_s
         self.retries, self.max_wait_s, self.sleep = retries, max_wait_s, sleep
         self.policy = policy              # each response gets its x_outcome under it
+        self.gate = gate
 
     def answer(self, text: bytes, request_id: str) -> dict:
         request = dataclasses.replace(self.parse(text), request_id=request_id)
+        decision = self._forward(request) if self.gate is None else self.gate(request, self._forward)
+        return with_outcome(decision, request, self.policy).to_wire()
+
+    def _forward(self, request: DecisionRequest) -> Decision:
         for attempt in range(self.retries + 1):
             try:
-                decision = self.engine.submit(request, deadline_s=self.deadline_s).result()
-                return with_outcome(decision, request, self.policy).to_wire()
+                return self.engine.submit(request, deadline_s=self.deadline_s).result()
             except (Overloaded, NotReady) as exc:
                 if attempt == self.retries:
                     raise

@@ -262,3 +262,12 @@ def test_the_banks_are_consulted_off_the_event_loop_for_small_and_large_bodies(t
         small_answer, large_answer = upload(client, PHOTO), upload(client, large)
     assert small_answer.json()["x_match"]["label"] == "row0" and large_answer.status_code == 200
     assert consulted_on_loop == [False, False]
+
+
+def test_a_server_that_shows_every_audit_record_shows_a_bank_answers_too(tmp_path):
+    """`--audit always`: every response carries its audit record, the bank's answers (no forward pass) as well."""
+    bank = write_bank(tmp_path / "known.csv", ("sha256", sha(PHOTO), "act"))
+    with served(bank=(str(bank),), audit="always") as (client, _engine):
+        acted, modelled = upload(client, PHOTO).json(), upload(client, OTHER).json()
+    assert acted["x_match"]["action"] == "act" and acted["x_audit"]["prompt"]["template"] == "none"
+    assert acted["x_audit"]["match"] == acted["x_match"] and "x_match" not in modelled and modelled["x_audit"]

@@ -86,3 +86,22 @@ def test_the_model_table_reaches_the_engines_config(tmp_path):
     assert (config.torch_threads, config.media_cache_mb, config.prefix_cache_mb, config.dtype) == (3, 0, 64.5,
                                                                                                    "float32")
     assert config.max_queue >= 8 and config.model_path is None
+
+
+def test_the_model_tables_banks_are_read_from_the_configs_folder_and_every_mistake_is_named(tmp_path):
+    (tmp_path / "known.csv").write_text("hash_type,hash,label,action,source,added\n")
+    text = GOOD + '\n[model]\nbanks = ["known.csv"]\nbank_pdq_threshold = {known = 12}\n'
+    model = read_line_config(write(tmp_path, text)).model
+    assert model.banks == (str((tmp_path / "known.csv").resolve()),)
+    assert model.bank_pdq_thresholds == (("known", 12),)
+    cases = {'banks = ["gone.csv"]': "model.banks (line 14): [0] ",
+             'banks = "known.csv"': "model.banks (line 14): must be a list of non-empty strings",
+             'bank_pdq_threshold = {known = 12}': "model.bank_pdq_threshold (line 14): goes with model.banks",
+             'banks = ["known.csv"]\nbank_pdq_threshold = {other = 12}':
+                 "model.bank_pdq_threshold (line 15): other: names no bank of model.banks (known)",
+             'banks = ["known.csv"]\nbank_pdq_threshold = {known = 64}':
+                 "model.bank_pdq_threshold (line 15): known: must be an integer 0..63 (bits), not 64",
+             'url = "http://127.0.0.1:9"\nbanks = ["known.csv"]':
+                 "model.banks (line 15): the server at model.url runs its own model"}
+    for table, expected in cases.items():
+        assert expected in error_of(tmp_path, GOOD + "\n[model]\n" + table + "\n"), table
