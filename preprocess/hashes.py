@@ -6,7 +6,10 @@ the hash the high bit of the first digit (what `vpdq`'s hex and Meta's `pdq-phot
 vPDQ's hash-file line `FRAME,QUALITY,HEX,SECONDS`.
 
 PDQ is computed on the photo as the model sees it — decoded, turned upright by its EXIF orientation, RGB
-(`preprocess.image.decode_image`) — so a rotated copy of a banked photo hashes as the photo does. vPDQ is computed by
+(`preprocess.image.decode_image`) — so a rotated copy of a banked photo hashes as the photo does; a photo larger than
+512 pixels on either side is first resized to 512x512 by nearest neighbour (PIL), as Meta's reference hasher
+(`pdq-photo-hasher`: DOWNSAMPLE_DIMS = 512 in ThreatExchange's pdq/cpp/io/pdqio.cpp) resizes it before PDQ's own
+blur-and-decimate to 64x64, which at full size costs half a second for a 12-megapixel phone photo. vPDQ is computed by
 the `vpdq` package itself (its own FFmpeg decoding of the stored frames, one a second) after the request's own header
 limits are checked (`check_video_header`: frame size, claimed duration), so a video that could not be a request's
 is not hashed. A medium that cannot be hashed raises the same typed `MediaError` the request would (the caller counts
@@ -30,6 +33,7 @@ from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 
 VPDQ_SECONDS_PER_HASH = 1.0      # vPDQ's default: the frame at each whole second of the stream
+PDQ_DOWNSAMPLE_PX = 512          # a photo larger on either side is hashed at 512x512 (Meta's reference hasher's step)
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,9 @@ def pdq_of_pixels(pixels: np.ndarray) -> PdqHash:
 
 
 def pdq_of_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> PdqHash:
-    """Decoded under `limits` (bytes, pixels), as the request's own decoding would be."""
-    return pdq_of_pixels(decode_image(item, limits).pixels)
+    """Decoded under `limits` (bytes, pixels), as the request's own decoding would be; resized to 512x512 first when
+    larger on either side."""
+    return pdq_of_pixels(decode_image(item, limits, square_px=PDQ_DOWNSAMPLE_PX).pixels)
 
 
 def vpdq_available() -> bool:

@@ -11,7 +11,8 @@ Decompression bombs: our own `max_image_pixels` is checked on the header size be
 stays as a backstop and is reported as `MediaTooLarge` too.
 
 Resizing to the model's size is NOT done here: `preprocess.processor` hands these arrays to the checkpoint's
-image processor. Knows nothing of the model, torch, HTTP or the filesystem.
+image processor. The one resize here is `square_px`, a perceptual hash's fixed input (PDQ's 512x512), never the
+model's. Knows nothing of the model, torch, HTTP or the filesystem.
 """
 from __future__ import annotations
 
@@ -72,6 +73,16 @@ def _check_header(image: Image.Image, item: MediaItem, limits: MediaLimits) -> N
                                       f"{limits.max_image_aspect_ratio:g}")
 
 
+def _squared(image: Image.Image, square_px: int | None) -> Image.Image:
+    """The image at square_px x square_px (nearest neighbour) when larger on either side, keeping its EXIF and palette
+    transparency (`info`), else itself."""
+    if square_px is None or max(image.size) <= square_px:
+        return image
+    resized = image.resize((square_px, square_px), Image.Resampling.NEAREST)
+    resized.info = dict(image.info)
+    return resized
+
+
 def _orientation(image: Image.Image) -> int:
     """The EXIF orientation tag (1-8), 1 when absent or unreadable."""
     try:
@@ -109,8 +120,13 @@ def to_rgb(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> DecodedImage:
-    """Image bytes -> upright RGB uint8 pixels; typed `MediaError` (carrying `item`) on any bad input."""
+def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits(), square_px: int | None = None
+                 ) -> DecodedImage:
+    """Image bytes -> upright RGB uint8 pixels; typed `MediaError` (carrying `item`) on any bad input.
+
+    `square_px` (a perceptual hash's input, never the model's): an image larger than that on either side comes out
+    resized to square_px x square_px by nearest neighbour — done on the decoded image before it is turned upright and
+    converted (the same pixels as after, since both are per-pixel or exact reorderings, at a fraction of the cost)."""
     data = item.data
     container = sniff_for_slot(item).container
     image = _open(data, container, item, limits)
@@ -119,7 +135,7 @@ def decode_image(item: MediaItem, limits: MediaLimits = MediaLimits()) -> Decode
         try:
             image.seek(0)  # GIF / animated WebP: the first frame only
             image.load()
-            upright, orientation = _upright(image)
+            upright, orientation = _upright(_squared(image, square_px))
             rgb = to_rgb(upright)
             pixels = np.asarray(rgb, dtype=np.uint8)
         except Image.DecompressionBombError:

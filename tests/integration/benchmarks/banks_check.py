@@ -2,7 +2,7 @@
 written as a bank file, read, indexed and looked up; the inspection photo hashed beside a model answer) in a
 subprocess, checked for what it prints: every near copy found and no random hash matched (at 20,000 entries a
 random hash is hundreds of bits from all of them), the figures positive; the served request matched by its photo's
-sha256, its photo's PDQ and its video's vPDQ (the benchmark itself checks the bank answered each by that hash, and
+sha256, its photo's PDQ, its video's vPDQ and a phone-sized photo's PDQ (the benchmark itself checks the bank answered each by that hash, and
 that the model answered the unbanked one). Nothing here is timed.
 """
 from __future__ import annotations
@@ -27,5 +27,8 @@ def check_banks(tmp_path: Path) -> None:
     served = one(lines, event="matched_vs_model")
     positive(served, "exact_p50_ms", "pdq_p50_ms", "vpdq_p50_ms", "model_p50_ms", "model_over_exact", "model_over_pdq",
              "model_over_vpdq", "server_model_p50_ms", "server_exact_p50_ms", "server_model_over_exact",
-             "server_model_over_pdq", "server_model_over_vpdq")
+             "server_model_over_pdq", "server_model_over_vpdq", "phone_p50_ms", "phone_model_p50_ms",
+             "model_over_phone", "server_phone_p50_ms", "server_model_over_phone")
+    positive(one(lines, event="phone_hash"), "phone_photo_bytes", "phone_pdq_p50_ms", "phone_pdq_full_size_p50_ms",
+             "phone_full_size_over_512")
     assert one(lines, event="summary")["smoke"] is True

@@ -87,6 +87,23 @@ def test_exif_orientation_gives_upright_pixels(fmt, orientation):
     assert close(corners["top_left"], fm.RED, 30) and close(corners["bottom_right"], fm.BLUE, 30)
 
 
+@pytest.mark.parametrize(("fmt", "mode"), [*COLOUR_MODES, *GREY_MODES, ("PNG", "RGBA"), ("PNG", "LA")])
+@pytest.mark.parametrize("orientation", [None, 3, 6, 8])
+def test_a_square_decode_equals_the_full_decode_resized_by_nearest_neighbour(fmt, mode, orientation):
+    """`square_px` (the PDQ hash's input) resizes before the EXIF turn and the RGB conversion, for speed: the pixels
+    must be exactly those of the full decode resized after (both steps are per-pixel or exact reorderings)."""
+    data = fm.image_bytes(fmt, mode, 700, 530, exif_orientation=orientation)
+    full = decode_image(media_item("images", data))
+    expected = np.asarray(Image.fromarray(full.pixels).resize((512, 512), Image.Resampling.NEAREST))
+    squared = decode_image(media_item("images", data), square_px=512)
+    assert squared.pixels.shape == (512, 512, 3) and np.array_equal(squared.pixels, expected)
+    assert squared.orientation == full.orientation and (fmt not in ("JPEG", "PNG", "WEBP") or
+                                                        full.orientation == (orientation or 1))
+    small = fm.image_bytes(fmt, mode, 96, 64, exif_orientation=orientation)
+    assert np.array_equal(decode_image(media_item("images", small), square_px=512).pixels,
+                          decode_image(media_item("images", small)).pixels)
+
+
 def test_pixel_limit_checked_before_decoding_and_pil_global_untouched(monkeypatch):
     from PIL import ImageFile
 

@@ -55,3 +55,35 @@ def test_a_photo_that_cannot_be_decoded_is_a_media_error_and_sha256_is_of_the_by
     with pytest.raises(MediaError):
         pdq_of_image(MediaItem("images", 0, b"\x89PNG\r\n\x1a\n not really"))
     assert sha256_of(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_a_phone_sized_photo_is_hashed_at_512x512_as_metas_reference_hasher_does():
+    """A 4032x3024 JPEG stored sideways (EXIF orientation 6, as phones write portraits): hashed upright at 512x512
+    (nearest neighbour), not at its 12 megapixels — whose PDQ blur alone costs about half a second here — and still
+    within a few bits of the full-size hash and of its own smaller re-upload."""
+    rng = np.random.default_rng(7)
+    small = Image.open(ROOT / "examples" / "inspection" / "unit.png").convert("RGB")
+    big = small.resize((4032, 3024), Image.Resampling.BICUBIC)
+    noisy = np.clip(np.asarray(big).astype(np.int16) + rng.integers(-6, 7, (3024, 4032, 3)), 0, 255).astype(np.uint8)
+    exif = Image.Exif()
+    exif[EXIF_ORIENTATION] = 6
+    data = encoded(Image.fromarray(noisy), "JPEG", quality=90, exif=exif)
+    upright = np.asarray(Image.open(io.BytesIO(data)).transpose(Image.Transpose.ROTATE_270).convert("RGB"))
+    assert upright.shape == (4032, 3024, 3)
+    at_512 = pdq_of_pixels(np.asarray(Image.fromarray(upright).resize((512, 512), Image.Resampling.NEAREST)))
+    full_size = pdq_of_pixels(upright)
+    assert at_512.hex != full_size.hex                       # the two ways differ: this test tells them apart
+    hashed = pdq_of_image(MediaItem("images", 0, data))
+    assert hashed == at_512
+    assert distance(hashed.hex, full_size.hex) <= 16
+    reupload = encoded(Image.fromarray(upright).resize((1512, 2016), Image.Resampling.LANCZOS), "JPEG", quality=70)
+    assert distance(pdq_of_image(MediaItem("images", 0, reupload)).hex, hashed.hex) <= 16
+
+
+@pytest.mark.parametrize(("size", "resized"), [((512, 400), False), ((600, 300), True), ((300, 513), True)])
+def test_only_a_photo_larger_than_512_on_either_side_is_resized_and_then_to_512x512(size, resized):
+    rng = np.random.default_rng(sum(size))
+    pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    expected = Image.fromarray(pixels).resize((512, 512), Image.Resampling.NEAREST) if resized else pixels
+    assert pdq_of_image(MediaItem("images", 0, encoded(Image.fromarray(pixels), "PNG"))) == \
+        pdq_of_pixels(np.asarray(expected))
