@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,7 @@ from typing_extensions import Self
 
 from api.cluster.adapters import ServedModels
 from api.cluster.affinity import affinity_key
-from omni.contract.errors import InferenceFailed, NotReady, Overloaded
+from omni.contract.errors import InferenceFailed, NotReady, Overloaded, Withdrawn
 from omni.contract.types import Decision, DecisionRequest
 from omni.model.cache import CacheStats
 from omni.serve.batcher import BatcherStats
@@ -139,12 +139,26 @@ class RemoteEngine:
         return {}
 
     # ------------------------------------------------------------------------------------------------ deciding
-    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> asyncio.Task[Decision]:
-        """On the event loop: a task that ends with the Decision or the engine's typed error."""
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None,
+               gate: Future[bool] | None = None) -> asyncio.Task[Decision]:
+        """On the event loop: a task that ends with the Decision or the engine's typed error. `gate`: the request
+        is sent once it ends True (a replica decodes and answers in one call: nothing overlaps the wait here), else
+        dropped (`Withdrawn`)."""
         if not self._ready:
             raise NotReady("no engine replica has finished loading")
         self._route(request)                 # an unknown model: at once, as the local engine
-        return asyncio.ensure_future(self._call(request, deadline_s))
+        return asyncio.ensure_future(self._call(request, deadline_s) if gate is None
+                                     else self._call_through(gate, request, deadline_s))
+
+    async def _call_through(self, gate: Future[bool], request: DecisionRequest, deadline_s: float | None
+                            ) -> Decision:
+        try:
+            opened = await asyncio.wrap_future(gate)
+        except BaseException as exc:       # a failed or cancelled gate: dropped as a closed one
+            raise Withdrawn("withdrawn before it was sent") from exc
+        if opened is not True:
+            raise Withdrawn("withdrawn before it was sent")
+        return await self._call(request, deadline_s)
 
     def decide(self, request: DecisionRequest) -> Decision:
         """Synchronous: one request on the replica its affinity key picks."""

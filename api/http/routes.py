@@ -13,6 +13,7 @@ Knows nothing of how the engine batches or decodes, nor of the environment.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import logging
 import time
@@ -150,26 +151,19 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     raw = await _read_capped(request, svc.settings.body_cap_bytes, svc.settings.body_timeout_s)
 
     t_parse = time.monotonic()
-    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body, audit)
-    if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
-        decision_request, consulted = _prepare(*prepare_args, consult=False)  # microseconds: cheaper than a thread hop
-        if svc.banks is not None and decision_request.media:   # hashing (a decode, a video's vPDQ): never on the loop
-            consulted = await anyio.to_thread.run_sync(_consulted, svc, decision_request, limiter=svc.parse_limiter)
-    else:
-        decision_request, consulted = await anyio.to_thread.run_sync(_prepare, *prepare_args,
-                                                                     limiter=svc.parse_limiter)
+    overlap = _Overlap(svc, arrived) if svc.banks is not None else None
+    try:
+        decision_request, consulted = await _parsed(svc, request, raw, adapt_body, audit, overlap)
+    except BaseException:
+        if overlap is not None:
+            overlap.close(go_on=False)
+        raise
     parse_s = time.monotonic() - t_parse - (consulted.verdict.lookup_ms / 1000 if consulted is not None else 0.0)
     svc.metrics.observe_parse(parse_s)
     request.state.decision_request = decision_request
     if consulted is not None:
         svc.metrics.observe_banks(consulted.verdict)
-    answered = consulted.answer(decision_request, svc.settings.engine) if consulted is not None else None
-    if answered is not None:                         # a bank answers: no forward pass
-        decision = answered
-    else:
-        decision = await _forwarded(svc, decision_request, arrived)
-        if consulted is not None:                    # the match rides along; the audit names the banks
-            decision = consulted.joined(decision)
+    decision = await _decided(svc, decision_request, consulted, overlap, arrived)
     policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
     decision = shown_evidence(with_outcome(decision, decision_request, policy), decision_request)
     svc.metrics.observe_decision(decision)
@@ -182,21 +176,101 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     return decision, ", ".join(entries)
 
 
-async def _forwarded(svc: ServiceState, decision_request: DecisionRequest, arrived: float) -> Decision:
-    """The engine's decision, awaited within what is left of the request's deadline."""
+async def _parsed(svc: ServiceState, request: Request, raw: bytes, adapt_body: Callable[[Any], Any] | None,
+                  audit: bool, overlap: _Overlap | None) -> tuple[DecisionRequest, Consulted | None]:
+    """The request parsed and, with banks, its media consulted — in the edge thread pool, but for a small plain body,
+    parsed on the loop (cheaper than a thread hop) and consulted in the pool after."""
+    prepare_args = (svc, raw, dict(request.headers), request.state.request_id, adapt_body, audit, overlap)
+    if len(raw) <= INLINE_PARSE_MAX_BYTES and not request.headers.get("content-encoding"):
+        decision_request, consulted = _prepare(*prepare_args, consult=False)
+        if svc.banks is not None and decision_request.media:   # hashing (a decode, a vPDQ): never on the loop
+            consulted = await anyio.to_thread.run_sync(_consulted, svc, decision_request, overlap,
+                                                       limiter=svc.parse_limiter)
+        return decision_request, consulted
+    return await anyio.to_thread.run_sync(_prepare, *prepare_args, limiter=svc.parse_limiter)
+
+
+async def _decided(svc: ServiceState, decision_request: DecisionRequest, consulted: Consulted | None,
+                   overlap: _Overlap | None, arrived: float) -> Decision:
+    """The bank's decision when a match decides (no forward pass; media decoded meanwhile are dropped), else the
+    engine's, with the match riding along."""
+    answered = consulted.answer(decision_request, svc.settings.engine) if consulted is not None else None
+    if answered is not None:
+        if overlap is not None:
+            overlap.close(go_on=False)
+        return answered
+    started = overlap.close(go_on=True) if overlap is not None else None
+    future = started if started is not None else _submitted(svc, decision_request, arrived)
+    decision = await _awaited(svc, future, arrived)
+    return consulted.joined(decision) if consulted is not None else decision
+
+
+def _submitted(svc: ServiceState, decision_request: DecisionRequest, arrived: float,
+               gate: concurrent.futures.Future[bool] | None = None) -> Any:
+    """The engine's future for the request (Overloaded / NotReady at once), given what is left of its deadline."""
     remaining_s = svc.settings.engine.request_timeout_s - (time.monotonic() - arrived)
     if remaining_s <= 0:
         raise DeadlineExceeded("the request outlived its deadline while its body was read")
-    future = svc.engine.submit(explained(svc, decision_request), deadline_s=remaining_s)   # Overloaded at once
+    return svc.engine.submit(explained(svc, decision_request), deadline_s=remaining_s, gate=gate)
+
+
+async def _awaited(svc: ServiceState, future: Any, arrived: float) -> Decision:
+    """The engine's decision, awaited within what is left of the request's deadline."""
+    remaining_s = svc.settings.engine.request_timeout_s - (time.monotonic() - arrived)
     svc.metrics.inflight.inc()
     try:
-        decision = await asyncio.wait_for(asyncio.wrap_future(future), timeout=remaining_s)
+        wrapped = asyncio.wrap_future(future) if isinstance(future, concurrent.futures.Future) else future
+        decision: Decision = await asyncio.wait_for(wrapped, timeout=max(remaining_s, 0.0))
     except asyncio.TimeoutError:
         future.cancel()  # not computed yet -> the batcher skips it; computing -> the result is dropped
         raise DeadlineExceeded(f"no answer within {svc.settings.engine.request_timeout_s:g} s") from None
     finally:
         svc.metrics.inflight.dec()
     return decision
+
+
+class _Overlap:
+    """A request's media decoded for the model while the banks wait on its videos' vPDQ hashes (the slow part of a
+    consultation: about a second for a 1080p phone clip), held before the forward pass until the banks have
+    answered: a match that decides withdraws it (no forward pass), else it goes on — the wait is the longer of the
+    two, not their sum. `waiting_for_videos` (from the consulting thread) asks the event loop to submit it with a
+    gate; `close(go_on)` ends the gate and returns the engine's future when it was submitted, else None."""
+
+    def __init__(self, svc: ServiceState, arrived: float):
+        self.svc, self.arrived = svc, arrived
+        self.loop = asyncio.get_running_loop()
+        self.gate: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self.decision_request: DecisionRequest | None = None
+        self.started: Any = None                       # the engine's future, or the error its submit raised
+
+    def waiting_for_videos(self, decision_request: DecisionRequest) -> None:
+        self.decision_request = decision_request
+        self.loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:                          # on the event loop
+        if self.gate.done() or self.decision_request is None:
+            return                                     # the banks answered first: nothing to start
+        try:
+            self.started = _submitted(self.svc, self.decision_request, self.arrived, self.gate)
+        except Exception as exc:  # noqa: BLE001 (Overloaded, NotReady, a deadline: raised if the model is needed)
+            self.started = exc
+            return
+        self.started.add_done_callback(_retrieved)
+
+    def close(self, go_on: bool) -> Any:
+        if not self.gate.done():
+            self.gate.set_result(go_on)
+        if not go_on:
+            return None
+        if isinstance(self.started, Exception):       # the model is needed, and its submit was refused
+            raise self.started
+        return self.started
+
+
+def _retrieved(future: Any) -> None:
+    """A withdrawn request's future is never awaited: its error is read here so no 'never retrieved' is logged."""
+    if not future.cancelled():
+        future.exception()
 
 
 def explained(svc: ServiceState, decision_request: DecisionRequest) -> DecisionRequest:
@@ -241,7 +315,7 @@ async def _read_capped(request: Request, cap_bytes: int, timeout_s: float) -> by
 
 
 def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id: str,
-             adapt_body: Callable[[Any], Any] | None, audit: bool, consult: bool = True
+             adapt_body: Callable[[Any], Any] | None, audit: bool, overlap: _Overlap | None, consult: bool = True
              ) -> tuple[DecisionRequest, Consulted | None]:
     """Runs in the edge thread pool: CPU work (inflate, JSON, multipart, base64, the media's hashes) stays off the
     event loop. With banks in force, media sent and `consult`: the banks consulted and what they found (a small body
@@ -254,15 +328,17 @@ def _prepare(svc: ServiceState, raw: bytes, headers: dict[str, str], request_id:
                                            audit=decision_request.audit or audit)
     if not consult or svc.banks is None or not decision_request.media:
         return decision_request, None
-    return decision_request, _consulted(svc, decision_request)
+    return decision_request, _consulted(svc, decision_request, overlap)
 
 
-def _consulted(svc: ServiceState, decision_request: DecisionRequest) -> Consulted | None:
+def _consulted(svc: ServiceState, decision_request: DecisionRequest, overlap: _Overlap | None) -> Consulted | None:
     """The banks in force and what they found for the request's media (a photo's decode and PDQ hash, a video's wait
-    for its vPDQ worker: the edge thread pool's work, never the event loop's)."""
+    for its vPDQ worker: the edge thread pool's work, never the event loop's); once it waits on the videos alone,
+    `overlap` starts the model's decoding."""
     from omni.banks.gate import consult
 
-    return consult(svc.banks, decision_request, svc.settings.engine.media)
+    waiting = (lambda: overlap.waiting_for_videos(decision_request)) if overlap is not None else None
+    return consult(svc.banks, decision_request, svc.settings.engine.media, waiting)
 
 
 @router.get("/v1/models", dependencies=[Depends(require_api_key)], response_model=schemas.ModelList,

@@ -39,11 +39,13 @@ class Consulted:
         return with_match(decision, self.verdict, self.banks.named())
 
 
-def consult(shelf: BankShelf | None, request: DecisionRequest, limits: MediaLimits) -> Consulted | None:
+def consult(shelf: BankShelf | None, request: DecisionRequest, limits: MediaLimits,
+            waiting_for_videos: Callable[[], None] | None = None) -> Consulted | None:
+    """`waiting_for_videos`: see `BankSet.consult` (called once the request waits on its videos' vPDQ hashes)."""
     if shelf is None or not request.media:
         return None
     banks = shelf.current
-    return Consulted(banks, banks.consult(request.media, limits))
+    return Consulted(banks, banks.consult(request.media, limits, waiting_for_videos))
 
 
 def decided(shelf: BankShelf | None, request: DecisionRequest, config: EngineConfig,

@@ -100,7 +100,11 @@ class BankSet:
         """The banks as an audit record names them: name and version."""
         return tuple({"name": bank.name, "version": bank.version} for bank in self.banks)
 
-    def consult(self, items: Sequence[MediaItem], limits: MediaLimits = MediaLimits()) -> Verdict:
+    def consult(self, items: Sequence[MediaItem], limits: MediaLimits = MediaLimits(),
+                waiting_for_videos: Callable[[], None] | None = None) -> Verdict:
+        """`waiting_for_videos()`, when given, is called once (on this thread) when the photos are matched, no `act`
+        match decided, and the videos' vPDQ hashes are still to come: the slow part, which a caller may overlap
+        with decoding the request's media for the model. It must not raise."""
         if not self.banks or not items:
             return Verdict(media=len(items))
         started = time.perf_counter()
@@ -112,18 +116,21 @@ class BankSet:
             for order, bank in enumerate(self.banks):
                 found.note(position, medium, "sha256", bank.match("sha256", digest), order)
         if not found.acted:
-            self._match_perceptual(media, limits, found, failures)
+            self._match_perceptual(media, limits, found, failures, waiting_for_videos)
         matches = found.in_order()
         shown = matches[0] if matches else None
         return Verdict(matches, tuple(failures), len(items), (time.perf_counter() - started) * 1e3, shown,
                        shown is not None and _decides(shown, found.actions_by_medium, len(items)))
 
     def _match_perceptual(self, media: list[tuple[int, str, MediaItem]], limits: MediaLimits, found: _Found,
-                          failures: list[str]) -> None:
+                          failures: list[str], waiting_for_videos: Callable[[], None] | None = None) -> None:
         """Each medium's perceptual hash matched in every bank, until an act match decides."""
         perceiving = self._perceive(media, limits)
         try:
             for position, medium, perceived in perceiving:
+                if waiting_for_videos is not None and self.has_vpdq and medium.startswith("videos["):
+                    waiting_for_videos()          # the photos are done: only the videos' hashes are left
+                    waiting_for_videos = None
                 try:
                     perceptual = perceived()
                 except HASH_FAILURES:

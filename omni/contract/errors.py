@@ -135,6 +135,11 @@ class DeadlineExceeded(OmniError):
     """The request outlived its deadline before an answer was computed."""
 
 
+class Withdrawn(OmniError):
+    """A request held at its gate before the forward pass was withdrawn (a hash bank answered it meanwhile): the
+    engine drops it; nobody waits for this error."""
+
+
 class InferenceFailed(OmniError):
     """The model failed on a batch for a reason that is not the caller's fault (a bug or a device fault)."""
 

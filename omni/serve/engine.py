@@ -23,7 +23,15 @@ import torch
 from omni.contract.answers import build_answers
 from omni.contract.audit import AuditRecord, RuntimeAudit
 from omni.contract.config import EngineConfig
-from omni.contract.errors import AdapterError, DeadlineExceeded, InferenceFailed, NotReady, OmniError, Overloaded
+from omni.contract.errors import (
+    AdapterError,
+    DeadlineExceeded,
+    InferenceFailed,
+    NotReady,
+    OmniError,
+    Overloaded,
+    Withdrawn,
+)
 from omni.contract.types import Decision, DecisionRequest, Option, Question, ShadowScore, Usage
 from omni.model.cache import CacheStats
 from omni.model.surface import AdapterHost, DecisionModel, RecordT
@@ -283,8 +291,11 @@ class DecisionEngine(Generic[RecordT]):
                 h.release()
         return [result for result in results if isinstance(result, Decision)]
 
-    def submit(self, request: DecisionRequest, deadline_s: float | None = None) -> Future[Decision]:
-        """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error."""
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None,
+               gate: Future[bool] | None = None) -> Future[Decision]:
+        """Serving path. Raises Overloaded/NotReady at once; the future ends with a Decision or a typed error. `gate`:
+        the request's media are decoded at once, and it waits after that, before the forward pass, until the gate
+        ends — True: on to the model; anything else: dropped, the future ending with `Withdrawn`."""
         if not self._ready or self._batcher is None:
             raise NotReady("the model is not loaded yet" if self._batcher is None else "the engine is stopping")
         self.selector.check(request)            # an unknown model: at once, naming the models served
@@ -298,13 +309,13 @@ class DecisionEngine(Generic[RecordT]):
         outcome: Future[Decision] = Future()
         outcome.add_done_callback(self._release)
         if self._prepare_inline(request):     # a thread hop would cost more than the prompt encoding it moves
-            self._decode_then_queue(request, deadline, submitted, outcome, False)
+            self._decode_then_queue(request, deadline, submitted, outcome, False, gate)
             return outcome
         batcher, pool = self._batcher, self._decode_pool
         assert pool is not None                # started together with the batcher
         batcher.expect()                       # a partial batch may wait for it while it is decoded
         try:
-            pool.submit(self._decode_then_queue, request, deadline, submitted, outcome, True)
+            pool.submit(self._decode_then_queue, request, deadline, submitted, outcome, True, gate)
         except RuntimeError as exc:            # pool shut down between the ready check and here
             batcher.unexpect()
             outcome.set_exception(NotReady("the engine is stopping"))
@@ -329,8 +340,9 @@ class DecisionEngine(Generic[RecordT]):
             self._in_flight -= 1
 
     def _decode_then_queue(self, request: DecisionRequest, deadline: float, submitted: float,
-                           outcome: Future[Decision], expected: bool) -> None:
-        """Prepare, then queue for the model. `expected`: the batcher was told this request is on its way."""
+                           outcome: Future[Decision], expected: bool, gate: Future[bool] | None = None) -> None:
+        """Prepare, then queue for the model (once `gate`, if any, lets it: see `submit`). `expected`: the batcher was
+        told this request is on its way."""
         batcher, model = self._batcher, self._model()
         assert batcher is not None                       # submit checked it
         announced = expected                             # an announcement this request must still settle
@@ -338,26 +350,62 @@ class DecisionEngine(Generic[RecordT]):
         try:
             if not outcome.set_running_or_notify_cancel():   # the caller gave up before we started: skip the work
                 return
+            if gate is not None and gate.done() and not _opened(gate):
+                raise Withdrawn("withdrawn before its media were decoded")
             held = self.selector.select(request)         # the adapter version it keeps to its end
             record = model.prepare(request, None, held.selection)
             if time.monotonic() > deadline:
                 raise DeadlineExceeded("the request outlived its deadline while its media were decoded")
             spent_ms = record.timings_ms["decode"] + record.timings_ms["encode"]   # waiting for a pool thread
             record.timings_ms["decode_wait"] = max(0.0, (time.perf_counter() - submitted) * 1e3 - spent_ms)
-            long = self._longs.admit(model, record, deadline)
-            announced = False                            # submit settles it, even when it refuses the record
-            try:
-                queued = batcher.submit(record, deadline, expected=expected)
-            except BaseException:
-                self._longs.finish(long)
-                raise
+            if gate is not None and not gate.done():     # decoded: wait for the gate without holding this thread
+                if announced:                            # a partial batch must not wait for it meanwhile
+                    batcher.unexpect()
+                    announced = False
+                gate.add_done_callback(lambda done: self._through_gate(done, request, record, held, deadline,
+                                                                       outcome))
+                return
+            if gate is not None and not _opened(gate):
+                raise Withdrawn("withdrawn before the forward pass")
+            announced = False                            # _queue settles it, whatever happens there
+            self._queue(request, record, held, deadline, outcome, expected)
         except BaseException as exc:  # noqa: BLE001 (every request ends: its own error, never a hang)
             held.release()
             outcome.set_exception(exc)
-            return
         finally:
             if announced:
                 batcher.unexpect()
+
+    def _through_gate(self, gate: Future[bool], request: DecisionRequest, record: Any, held: Held, deadline: float,
+                      outcome: Future[Decision]) -> None:
+        """A decoded request whose gate ended (on the thread that ended it): queued, or dropped."""
+        try:
+            if not _opened(gate):
+                raise Withdrawn("withdrawn before the forward pass")
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded("the request outlived its deadline while it waited for the hash banks")
+            self._queue(request, record, held, deadline, outcome, False)
+        except BaseException as exc:  # noqa: BLE001 (every request ends: its own error, never a hang)
+            held.release()
+            outcome.set_exception(exc)
+
+    def _queue(self, request: DecisionRequest, record: Any, held: Held, deadline: float, outcome: Future[Decision],
+               expected: bool) -> None:
+        """A prepared record to the micro-batcher; its decision (or error) to `outcome` when it is computed."""
+        batcher, model = self._batcher, self._model()
+        if batcher is None:
+            raise NotReady("the engine is stopping")
+        try:
+            long = self._longs.admit(model, record, deadline)
+        except BaseException:
+            if expected:                                 # its announcement is settled here, then
+                batcher.unexpect()
+            raise
+        try:
+            queued = batcher.submit(record, deadline, expected=expected)
+        except BaseException:
+            self._longs.finish(long)
+            raise
         queued_at = time.perf_counter()
 
         def transfer(done: Future[Decision]) -> None:
@@ -376,13 +424,17 @@ class DecisionEngine(Generic[RecordT]):
 
         queued.add_done_callback(transfer)
 
-
     def _shadow_forward(self, request: DecisionRequest, candidate: str) -> Future[ShadowScore | None]:
         """Score `request` with `candidate` by a forward of its own, after the live answer, while the server has room
         (fewer requests in flight than one batch holds); else dropped (counted)."""
         with self._lock:
             room = self._in_flight < self.config.max_batch_records
         return self.selector.own_forward(self.submit, request, candidate, room)
+
+
+def _opened(gate: Future[bool]) -> bool:
+    """Whether an ended gate lets its request on: True, not cancelled, not failed."""
+    return not gate.cancelled() and gate.exception() is None and gate.result() is True
 
 
 def set_torch_threads(asked: int, decode_threads: int) -> int:

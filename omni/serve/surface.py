@@ -110,10 +110,11 @@ class ServingEngine(Protocol):
         """Shadow scoring's counters (same_forward, own_forward, dropped, failed); empty where there are none."""
         ...
 
-    def submit(self, request: DecisionRequest,
-               deadline_s: float | None = None) -> Future[Decision] | asyncio.Future[Decision]:
+    def submit(self, request: DecisionRequest, deadline_s: float | None = None,
+               gate: Future[bool] | None = None) -> Future[Decision] | asyncio.Future[Decision]:
         """The serving path: Overloaded / NotReady at once, else a future that ends with the Decision or the
-        engine's typed error. Cancelling it drops work not yet computed."""
+        engine's typed error. Cancelling it drops work not yet computed. `gate`: the request goes no further than
+        its media's decoding until the gate ends — True: on to the forward pass; else dropped (`Withdrawn`)."""
         ...
 
     def decide(self, request: DecisionRequest) -> Decision:

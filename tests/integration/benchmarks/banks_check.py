@@ -31,4 +31,8 @@ def check_banks(tmp_path: Path) -> None:
              "model_over_phone", "server_phone_p50_ms", "server_model_over_phone")
     positive(one(lines, event="phone_hash"), "phone_photo_bytes", "phone_pdq_p50_ms", "phone_pdq_full_size_p50_ms",
              "phone_full_size_over_512")
+    video = one(lines, event="phone_video")
+    assert video["clip_size"] == "640x360" and video["clip_seconds"] == 2
+    positive(video, "clip_bytes", "vpdq_p50_ms", "model_p50_ms", "model_over_vpdq", "served_with_vpdq_bank_p50_ms",
+             "served_over_hash_plus_model")
     assert one(lines, event="summary")["smoke"] is True

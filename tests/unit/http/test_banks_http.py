@@ -239,13 +239,13 @@ def test_the_banks_are_consulted_off_the_event_loop_for_small_and_large_bodies(t
     consulted_on_loop: list[bool] = []
     consult = BankSet.consult
 
-    def recording(self, items, limits=None):
+    def recording(self, items, *args):
         try:
             asyncio.get_running_loop()
             consulted_on_loop.append(True)
         except RuntimeError:
             consulted_on_loop.append(False)
-        return consult(self, items, limits) if limits is not None else consult(self, items)
+        return consult(self, items, *args)
 
     monkeypatch.setattr(BankSet, "consult", recording)
     import io
@@ -271,3 +271,84 @@ def test_a_server_that_shows_every_audit_record_shows_a_bank_answers_too(tmp_pat
         acted, modelled = upload(client, PHOTO).json(), upload(client, OTHER).json()
     assert acted["x_match"]["action"] == "act" and acted["x_audit"]["prompt"]["template"] == "none"
     assert acted["x_audit"]["match"] == acted["x_match"] and "x_match" not in modelled and modelled["x_audit"]
+
+
+class HeldHasher:
+    """Stands in for the vPDQ worker: every video hashes to one frame of `hex`, once `released` is set."""
+
+    def __init__(self, monkeypatch, hex_digits: str):
+        import threading
+        from types import SimpleNamespace
+
+        from omni.banks.video_hasher import VideoHasher
+
+        self.released, self.asked = threading.Event(), threading.Event()
+
+        def features(hasher, item, limits=None, cancelled=None):
+            self.asked.set()
+            self.released.wait(30)
+            return (SimpleNamespace(quality=100, hex=hex_digits),)
+
+        monkeypatch.setattr(VideoHasher, "features", features)
+        monkeypatch.setattr(VideoHasher, "warm", lambda hasher: None)
+
+
+def post_in_background(client, files):
+    import threading
+
+    answer: dict = {}
+
+    def post():
+        answer["response"] = client.post("/v1/systemone", data={"request": json.dumps(body())}, files=files)
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    return thread, answer
+
+
+VIDEO = fm.video_bytes(seconds=1.0, width=64, height=48)
+
+
+@pytest.mark.parametrize(("frame", "banked"), [("f" * 64, False), ("0" * 64, True)])
+def test_a_requests_media_are_decoded_for_the_model_while_its_video_is_hashed(tmp_path, monkeypatch, frame, banked):
+    """A video's vPDQ hash takes about a second for a 1080p phone clip: meanwhile the request's media are decoded for
+    the model, which waits before the forward pass until the banks answer. Unmatched: the model answers (the wait was
+    the longer of the two, not their sum); an act match: the bank answers, and the decoded request is dropped
+    without a forward pass."""
+    pytest.importorskip("vpdq")
+    held = HeldHasher(monkeypatch, frame)
+    bank = write_bank(tmp_path / "videos.csv", ("vpdq", f'"0,100,{"0" * 64},0.000"', "act"))
+    with served(bank=(str(bank),)) as (client, engine):
+        model = engine.model
+        thread, answer = post_in_background(client, [("images", ("p.png", OTHER, "image/png")),
+                                                     ("videos", ("v.mp4", VIDEO, "video/mp4"))])
+        try:
+            wait_until(held.asked.is_set, what="the video's hash asked for")
+            wait_until(lambda: len(model.seen) == 1, 10, what="the media decoded for the model during the hash")
+            assert model.forwards_started == 0 and not answer
+        finally:
+            held.released.set()
+            thread.join(30)
+        wire = answer["response"].json()
+        if banked:
+            assert wire["answers"] == {} and wire["x_match"]["hash_type"] == "vpdq" and model.forwards_started == 0
+        else:
+            assert set(wire["answers"]) == {"ok", "team", "level"} and "x_match" not in wire
+            assert model.forwards_started == 1
+        wait_until(lambda: engine._in_flight == 0, what="the engine's place given back")
+
+
+def test_a_photos_act_match_never_starts_the_models_decoding(tmp_path, monkeypatch):
+    """The model's media are only decoded once the request waits on its videos alone: a photo matched by an act entry
+    answers before that, and the model never sees the request."""
+    pytest.importorskip("vpdq")
+    held = HeldHasher(monkeypatch, "f" * 64)
+    bank = write_bank(tmp_path / "known.csv", ("pdq", pdq(PHOTO), "act"), ("vpdq", f'"0,100,{"0" * 64},0.000"', "flag"))
+    try:
+        with served(bank=(str(bank),)) as (client, engine):
+            response = client.post("/v1/systemone", data={"request": json.dumps(body())},
+                                   files=[("images", ("p.png", PHOTO, "image/png")),
+                                          ("videos", ("v.mp4", VIDEO, "video/mp4"))])
+            assert response.json()["x_match"]["hash_type"] == "pdq" and engine.model.seen == []
+    finally:
+        held.released.set()
