@@ -154,16 +154,15 @@ async def decide(request: Request, adapt_body: Callable[[Any], Any] | None = Non
     overlap = _Overlap(svc, arrived) if svc.banks is not None else None
     try:
         decision_request, consulted = await _parsed(svc, request, raw, adapt_body, audit, overlap)
-    except BaseException:
-        if overlap is not None:
+        parse_s = time.monotonic() - t_parse - (consulted.verdict.lookup_ms / 1000 if consulted else 0.0)
+        svc.metrics.observe_parse(parse_s)
+        request.state.decision_request = decision_request
+        if consulted is not None:
+            svc.metrics.observe_banks(consulted.verdict)
+        decision = await _decided(svc, decision_request, consulted, overlap, arrived)
+    finally:
+        if overlap is not None:          # whatever happened: a request held at its gate is never left there
             overlap.close(go_on=False)
-        raise
-    parse_s = time.monotonic() - t_parse - (consulted.verdict.lookup_ms / 1000 if consulted is not None else 0.0)
-    svc.metrics.observe_parse(parse_s)
-    request.state.decision_request = decision_request
-    if consulted is not None:
-        svc.metrics.observe_banks(consulted.verdict)
-    decision = await _decided(svc, decision_request, consulted, overlap, arrived)
     policy = svc.policy_for(decision.model)          # the adapter's own, else the server's when it governs it
     decision = shown_evidence(with_outcome(decision, decision_request, policy), decision_request)
     svc.metrics.observe_decision(decision)
