@@ -11,11 +11,13 @@ total: without the in-process test client's thread hops); and the same with a ph
 megapixels, JPEG, EXIF-rotated), banked by PDQ, against the model's answer with such a photo. `phone_hash`: that
 photo's PDQ hash as requests get it (at 512x512, as Meta's reference hasher) against the same hash at full size;
 `phone_video`: a clip as phones write them (1080p, 10 s, High profile, B-frames), its vPDQ hash against the model's
-answer with it, and that answer served with a vPDQ bank in force (the hash and the model's decoding at once).
+answer with it, and that answer served with a vPDQ bank in force (the hash and the model's decoding at once);
+`abandoned_video`: that clip's hash left running by a request its photo answered, and the next video's wait for the
+one vPDQ worker, the hash let finish against stopped after its grace.
 
 Random PDQ hashes stand for a bank's (real PDQ hashes are near-balanced bit strings, as these are); the queries' and
 the bank's seeds are fixed. One faiss thread. Prints JSON lines (`env`, `bank`, `lookup` per kind, `hash_vs_model`,
-`phone_hash`, `phone_video`, `matched_vs_model`, `summary`). Not a test: nothing asserted.
+`phone_hash`, `phone_video`, `abandoned_video`, `matched_vs_model`, `summary`). Not a test: nothing asserted.
 Knows nothing of how matches are used: it calls `omni.banks` and the engine as a library.
 
     .venv/bin/python benchmarks/banks.py [--entries 1000000] [--queries 400] [--smoke]
@@ -191,6 +193,45 @@ def phone_video_served(clip: bytes, rounds: int) -> dict[str, float]:
                 if i:
                     totals.append(server_total_s(answer.headers["server-timing"]))
     return {"served_with_vpdq_bank_p50_ms": round(1000 * statistics.median(totals), 1)}
+
+
+def abandoned_video(clip: bytes, rounds: int) -> dict[str, float]:
+    """A request answered by its photo's `act` match (PDQ) while its phone clip is still being vPDQ-hashed, then at
+    once a request whose only medium is the demo's banked fan video (one vPDQ worker): how long the second waits for
+    its answer when the first's unwanted hash is let finish (`cancel_grace_s` unbounded: the baseline) and when it is
+    stopped after the default grace (the worker replaced), in the same run. `BankSet.consult` as a library."""
+    from omni.banks.entries import BankEntry, BankFile
+    from omni.banks.matching import BankSet
+    from omni.banks.video_hasher import CANCEL_GRACE_S, VideoHasher
+    from preprocess.hashes import vpdq_of_video
+
+    photo = (ROOT / "examples" / "inspection" / "unit.png").read_bytes()
+    fan = (ROOT / "examples" / "inspection" / "fan.mp4").read_bytes()
+    fan_value = ";".join(f.line() for f in vpdq_of_video(MediaItem("videos", 0, fan)))
+    entries = (BankEntry("pdq", pdq_of_image(MediaItem("images", 0, photo)).hex, "unit", "act", "bench", "2026", 2),
+               BankEntry("vpdq", fan_value, "fan", "act", "bench", "2026", 3))
+    bank = Bank(BankFile("known", Path("known.csv"), "v1", entries))
+    first = [MediaItem("images", 0, photo), MediaItem("videos", 0, clip)]
+    second = [MediaItem("videos", 0, fan)]
+    figures: dict[str, float] = {}
+    for name, grace_s in (("let_finish", 1e9), ("stopped", CANCEL_GRACE_S)):
+        hasher = VideoHasher(workers=1, timeout_s=60.0, cancel_grace_s=grace_s)
+        try:
+            banks = BankSet([bank], hasher.features)
+            assert banks.consult(second).decides                      # the worker started and warm
+            waits = []
+            for _ in range(min(rounds, 5)):
+                assert banks.consult(first).shown.medium == "images[0]"   # type: ignore[union-attr]
+                started = time.perf_counter()
+                assert banks.consult(second).decides
+                waits.append(time.perf_counter() - started)
+            figures[f"{name}_next_video_p50_ms"] = round(1000 * statistics.median(waits), 1)
+            figures[f"{name}_workers_stopped"] = hasher.abandoned
+        finally:
+            hasher.close()
+    figures["let_finish_over_stopped"] = round(figures["let_finish_next_video_p50_ms"]
+                                               / figures["stopped_next_video_p50_ms"], 2)
+    return figures
 
 
 def model_vs_hash(rounds: int) -> dict[str, float]:
@@ -410,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         emit("phone_video", clip_bytes=len(clip), clip_seconds=seconds, clip_size=size, **alone, **served_clip,
              served_over_hash_plus_model=round(served_clip["served_with_vpdq_bank_p50_ms"]
                                                / (alone["vpdq_p50_ms"] + alone["model_p50_ms"]), 2))
+        emit("abandoned_video", clip_seconds=seconds, clip_size=size, **abandoned_video(clip, args.model_rounds))
     served = matched_vs_model(args.model_rounds)
     emit("matched_vs_model", **served, goal=20)
     emit("summary", entries=args.entries, near_p50_ms=round(1000 * results["near copy"], 4),

@@ -8,6 +8,7 @@
     image.py      image bytes -> one upright RGB array (EXIF orientation, every mode to RGB), limits before decoding
     audio.py      audio bytes -> 16 kHz mono float32 (channels averaged, then resampled), bounded decoding
     video.py      video bytes -> uint8 patch rows of upright frames at 2 fps + the soundtrack, in one demux pass
+    video_header.py  a video's picture stream and its header's limits (frame size, claimed duration), before decoding
     video_frames.py  the video frame policy (rule, rate, sizes, patch layout), REFERENCE_FRAMES, DecodedVideo
     resize.py     the reference's frame size chain: its pre-scale (swscale), then its processor's bicubic (torch)
     patches.py    frames <-> patch rows in the HF layout; PatchWriter writes them one frame at a time

@@ -31,6 +31,7 @@ from preprocess.errors import CorruptMedia
 from preprocess.image import decode_image
 from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
+from preprocess.video_header import check_video_header
 
 VPDQ_SECONDS_PER_HASH = 1.0      # vPDQ's default: the frame at each whole second of the stream
 PDQ_DOWNSAMPLE_PX = 512          # a photo larger on either side is hashed at 512x512 (Meta's reference hasher's step)
@@ -82,8 +83,6 @@ def vpdq_of_video(item: MediaItem, limits: MediaLimits = MediaLimits()) -> tuple
     """The video's vPDQ features, frame order. `vpdq` reads a file: the bytes go to a private temporary file,
     removed after. ImportError when the `vpdq` package is not installed."""
     import vpdq
-
-    from preprocess.video import check_video_header
 
     check_video_header(item, limits)
     handle, path = tempfile.mkstemp(prefix="omni-vpdq-", suffix=".video")

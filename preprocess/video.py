@@ -59,6 +59,7 @@ from preprocess.resize import FrameScaler
 from preprocess.side_thread import SideThread
 from preprocess.sniff import sniff_for_slot
 from preprocess.video_frames import REFERENCE_FRAMES, DecodedVideo, VideoFramePolicy, frame_size
+from preprocess.video_header import check_header, picture_streams
 
 _TIME_EPS_S = 1e-6
 _AUDIO_PACKETS_PER_JOB = 32     # ~0.7 s of AAC: one hand-over to the helper thread per 32 packets
@@ -263,25 +264,6 @@ class _Soundtrack:
         return samples if len(samples) >= HEARABLE_SAMPLES else None   # shorter: a video without a soundtrack
 
 
-def _streams(container: av.container.InputContainer,
-             item: MediaItem) -> tuple[av.video.stream.VideoStream, av.audio.stream.AudioStream | None]:
-    pictures = [s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
-    if not pictures:
-        raise UnsupportedMedia(item, "no video stream (cover art alone is not a video)")
-    return pictures[0], next(iter(container.streams.audio), None)
-
-
-def _check_header(video: av.video.stream.VideoStream, container: av.container.InputContainer, item: MediaItem, limits: MediaLimits) -> None:
-    width, height = video.codec_context.width, video.codec_context.height
-    if width * height > limits.max_video_frame_pixels:
-        raise MediaTooLarge(item, f"{width}x{height} frames over max_video_frame_pixels="
-                                   f"{limits.max_video_frame_pixels}")
-    claimed = stream_seconds(video, container)
-    if claimed is not None and claimed > limits.max_video_seconds + limits.decode_slack_seconds:
-        raise MediaTooLarge(item, f"header claims {claimed:.1f} s, over max_video_seconds="
-                                   f"{limits.max_video_seconds:g}")
-
-
 class _Packets:
     """Decodes one stream's packets and feeds its frames on (the soundtrack's, on the helper thread); counts the
     packets that fail to decode (skipped, as the picture's)."""
@@ -371,15 +353,6 @@ def _set_threads(video: av.video.stream.VideoStream, threads: int) -> None:
     context.thread_type = "AUTO" if threads > 2 else "NONE"
 
 
-def check_video_header(item: MediaItem, limits: MediaLimits = MediaLimits()) -> None:
-    """The limits `decode_video` checks before decoding (a picture stream, its frame size, the duration its header
-    claims), without decoding: typed `MediaError` on bad input. For a caller about to hand the bytes to another
-    decoder (a vPDQ hasher)."""
-    with open_container(item.data, item) as container:
-        video, _ = _streams(container, item)
-        _check_header(video, container, item, limits)
-
-
 def _expected_frames(video: av.video.stream.VideoStream, container: av.container.InputContainer,
                      policy: VideoFramePolicy) -> int:
     """Frames at `policy.fps` the header's duration promises (a first guess for the patch buffer; 16 if none)."""
@@ -394,8 +367,8 @@ def decode_video(item: MediaItem, limits: MediaLimits = MediaLimits(),
     data = item.data
     container_name = sniff_for_slot(item).container
     with open_container(data, item) as container:
-        video, audio = _streams(container, item)
-        _check_header(video, container, item, limits)
+        video, audio = picture_streams(container, item)
+        check_header(video, container, item, limits)
         _set_threads(video, threads)
         sampler = _FrameSampler(item, limits, policy, video, _expected_frames(video, container, policy))
         soundtrack = _Soundtrack(item, limits) if audio is not None else None

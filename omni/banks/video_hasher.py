@@ -10,10 +10,15 @@ Each worker is a plain child process (`python -m omni.banks.vpdq_worker`, jobs a
 `multiprocessing`, whose workers import the parent's `__main__` again), started by `warm()` or on first need and
 kept for the next video; at most `workers` hash at once (more callers wait their turn). `timeout_s` bounds a
 caller's whole wait, its turn included: a worker that does not answer within it, or dies, is killed and its job is a
-`VideoHashFailed` (a counted miss: the model still answers); the next video starts a new one. Hashes on the other
-workers go on untouched. A caller that no longer wants its hash sets its `cancelled` event: if it is still waiting
-for a turn, it leaves at once. Each worker writes its temporary video files in a directory of its own, removed when
-the worker ends (a killed worker cannot remove its own). After `close()` no worker starts again.
+`VideoHashFailed` (a counted miss: the model still answers) and a new worker is started at once for the next video
+(its imports take about 0.2 s: the worker imports PyAV, `vpdq` and `pdqhash`, not torch). Hashes on the other
+workers go on untouched. A caller that no longer wants its hash (its request was answered without it) sets its
+`cancelled` event: if it is still waiting for a turn, it leaves at once; if its video is being hashed, the worker
+is given `cancel_grace_s` more to finish (then it is kept) and is killed after that, so a long video nobody waits
+for does not hold a worker and a core (the next video gets the replacement). The grace is about what a replacement
+costs to start: a hash that ends sooner is cheaper to let finish, and waiting longer never costs more than twice
+what the better choice would have. Each worker writes its temporary video files in a directory of its own, removed
+when the worker ends (a killed worker cannot remove its own). After `close()` no worker starts again.
 Knows nothing of banks, HTTP, the engine or what a hash is used for.
 """
 from __future__ import annotations
@@ -36,6 +41,8 @@ from preprocess.item import MediaItem
 from preprocess.media import MediaLimits
 
 ROOT = Path(__file__).resolve().parents[2]     # where `omni` imports from (the worker runs `-m` there)
+CANCEL_GRACE_S = 0.2       # an unwanted hash still running after this is stopped (about a new worker's start-up)
+CANCEL_POLL_S = 0.02       # how often a caller with a `cancelled` event looks at it while its video is hashed
 
 
 class VideoHashFailed(RuntimeError):
@@ -43,16 +50,18 @@ class VideoHashFailed(RuntimeError):
 
 
 class VideoHasher:
-    def __init__(self, workers: int = 1, timeout_s: float = 20.0):
-        if workers < 1 or timeout_s <= 0:
-            raise ValueError(f"workers >= 1 and timeout_s > 0, not {workers} and {timeout_s}")
-        self.workers, self.timeout_s = workers, timeout_s
+    def __init__(self, workers: int = 1, timeout_s: float = 20.0, cancel_grace_s: float = CANCEL_GRACE_S):
+        if workers < 1 or timeout_s <= 0 or cancel_grace_s < 0:
+            raise ValueError(f"workers >= 1, timeout_s > 0 and cancel_grace_s >= 0, not {workers}, {timeout_s} and "
+                             f"{cancel_grace_s}")
+        self.workers, self.timeout_s, self.cancel_grace_s = workers, timeout_s, cancel_grace_s
         self._turns = threading.BoundedSemaphore(workers)
         self._lock = threading.Lock()
         self._idle: list[subprocess.Popen] = []
         self._all: dict[subprocess.Popen, str] = {}     # every live worker -> its temporary directory
         self._closed = False
         self.restarts = 0          # workers killed (a timeout) or found dead
+        self.abandoned = 0         # of them: killed because nobody wanted their hash any more
 
     def features(self, item: MediaItem, limits: MediaLimits = MediaLimits(),
                  cancelled: threading.Event | None = None) -> tuple[VpdqFeature, ...]:
@@ -62,9 +71,9 @@ class VideoHasher:
             worker = self._take()
             try:
                 write_message(worker.stdin, (item, limits))      # type: ignore[arg-type]
-                answer = pickle.loads(self._read(worker, deadline))   # our own child's
+                answer = pickle.loads(self._read(worker, deadline, cancelled))   # our own child's
             except (OSError, VideoHashFailed, EOFError, pickle.UnpicklingError) as exc:
-                self._kill(worker)
+                self._kill(worker, abandoned=isinstance(exc, _Abandoned))
                 if isinstance(exc, VideoHashFailed):
                     raise
                 raise VideoHashFailed(f"the vPDQ worker died ({type(exc).__name__})") from None
@@ -127,17 +136,17 @@ class VideoHasher:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 
-    def _read(self, worker: subprocess.Popen, deadline: float) -> bytes:
+    def _read(self, worker: subprocess.Popen, deadline: float, cancelled: threading.Event | None) -> bytes:
         fd = worker.stdout.fileno()                              # type: ignore[union-attr]
-        header = self._read_exactly(fd, HEADER.size, deadline)
-        return self._read_exactly(fd, HEADER.unpack(header)[0], deadline)
+        wait = _Wait(deadline, self.timeout_s, self.cancel_grace_s, cancelled)
+        header = self._read_exactly(fd, HEADER.size, wait)
+        return self._read_exactly(fd, HEADER.unpack(header)[0], wait)
 
-    def _read_exactly(self, fd: int, size: int, deadline: float) -> bytes:
+    def _read_exactly(self, fd: int, size: int, wait: _Wait) -> bytes:
         chunks, left = [], size
         while left:
-            wait_s = deadline - time.monotonic()
-            if wait_s <= 0 or not select.select([fd], [], [], wait_s)[0]:
-                raise VideoHashFailed(f"no vPDQ hash within {self.timeout_s:g} s (the worker was stopped)")
+            while not select.select([fd], [], [], wait.slice_s())[0]:
+                pass                                             # wait.slice_s() raises when the wait is over
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
                 raise EOFError("the worker closed its output")
@@ -145,12 +154,16 @@ class VideoHasher:
             left -= len(chunk)
         return b"".join(chunks)
 
-    def _kill(self, worker: subprocess.Popen) -> None:
+    def _kill(self, worker: subprocess.Popen, abandoned: bool = False) -> None:
+        """Ends a worker whose job failed and starts its replacement now (it imports while nobody waits on it)."""
         worker.kill()
         worker.wait()
         with self._lock:
             self._ended(worker)
             self.restarts += 1
+            self.abandoned += abandoned
+            if not self._closed:
+                self._idle.append(self._start())
 
     def close(self) -> None:
         """Ends every worker: idle ones by closing their input, any still busy by killing them; none starts again."""
@@ -167,3 +180,29 @@ class VideoHasher:
                 worker.wait()
             with self._lock:
                 self._ended(worker)
+
+
+class _Abandoned(VideoHashFailed):
+    """The caller no longer wanted the hash and the worker did not finish within the grace."""
+
+
+class _Wait:
+    """How long a caller still waits for its worker's answer: until its deadline, or, once its `cancelled` event is
+    set, `grace_s` after it noticed (whichever comes first)."""
+
+    def __init__(self, deadline: float, timeout_s: float, grace_s: float, cancelled: threading.Event | None):
+        self.deadline, self.timeout_s, self.grace_s, self.cancelled = deadline, timeout_s, grace_s, cancelled
+        self.given_up_at: float | None = None
+
+    def slice_s(self) -> float:
+        """Seconds to wait for the next bytes (a short slice while a cancel could come); raises when no more."""
+        now = time.monotonic()
+        if self.cancelled is not None and self.given_up_at is None and self.cancelled.is_set():
+            self.given_up_at = now + self.grace_s
+        end = self.deadline if self.given_up_at is None else min(self.deadline, self.given_up_at)
+        if now >= end:
+            if self.given_up_at is not None and self.given_up_at <= self.deadline:
+                raise _Abandoned("the hash is no longer wanted (the worker was stopped)")
+            raise VideoHashFailed(f"no vPDQ hash within {self.timeout_s:g} s (the worker was stopped)")
+        watching = self.cancelled is not None and self.given_up_at is None
+        return min(end - now, CANCEL_POLL_S) if watching else end - now

@@ -3,7 +3,8 @@ written as a bank file, read, indexed and looked up; the inspection photo hashed
 subprocess, checked for what it prints: every near copy found and no random hash matched (at 20,000 entries a
 random hash is hundreds of bits from all of them), the figures positive; the served request matched by its photo's
 sha256, its photo's PDQ, its video's vPDQ and a phone-sized photo's PDQ (the benchmark itself checks the bank answered each by that hash, and
-that the model answered the unbanked one). Nothing here is timed.
+that the model answered the unbanked one); a phone clip's hash left running by a request its photo answered, with and
+without stopping it. Nothing here is timed.
 """
 from __future__ import annotations
 
@@ -35,4 +36,7 @@ def check_banks(tmp_path: Path) -> None:
     assert video["clip_size"] == "640x360" and video["clip_seconds"] == 2
     positive(video, "clip_bytes", "vpdq_p50_ms", "model_p50_ms", "model_over_vpdq", "served_with_vpdq_bank_p50_ms",
              "served_over_hash_plus_model")
+    abandoned = one(lines, event="abandoned_video")         # the smoke clip's hash ends within its grace
+    positive(abandoned, "let_finish_next_video_p50_ms", "stopped_next_video_p50_ms", "let_finish_over_stopped")
+    assert abandoned["let_finish_workers_stopped"] == 0
     assert one(lines, event="summary")["smoke"] is True

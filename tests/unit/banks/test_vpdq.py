@@ -277,3 +277,48 @@ def test_the_hasher_bounds_a_callers_whole_wait_lets_an_unwanted_one_go_leaves_n
     with pytest.raises(VideoHashFailed, match="closed"):
         hasher.features(data)                          # closed stays closed: no worker starts again
     assert hasher._all == {}
+
+
+def test_an_unwanted_hash_is_let_finish_within_its_grace_and_stopped_after_it_with_a_replacement_started():
+    import threading
+
+    from omni.banks.video_hasher import VideoHasher, VideoHashFailed
+
+    data = MediaItem("videos", 0, clip(2.0))
+    hasher = VideoHasher(workers=1, timeout_s=60.0, cancel_grace_s=60.0)
+    try:
+        expected = [h for _, h in features(data.data)]
+        assert [f.hex for f in hasher.features(data)] == expected
+        [first] = hasher._idle
+        cancelled = threading.Event()
+        cancelled.set()                        # nobody wants it, but it ends within the grace: worker kept
+        assert [f.hex for f in hasher.features(data, MediaLimits(), cancelled)] == expected
+        assert hasher._idle == [first] and hasher.restarts == hasher.abandoned == 0
+        directory = hasher._all[first]
+        hasher.cancel_grace_s = 0.0            # not finished within the grace: stopped
+        with pytest.raises(VideoHashFailed, match="no longer wanted"):
+            hasher.features(data, MediaLimits(), cancelled)
+        assert hasher.restarts == hasher.abandoned == 1 and first.poll() is not None
+        assert not Path(directory).exists()
+        [replacement] = hasher._idle           # started at once, for the next video
+        assert replacement is not first and replacement.poll() is None
+        assert [f.hex for f in hasher.features(data)] == expected and hasher._idle == [replacement]
+        assert hasher.restarts == 1            # a hash nobody cancelled is not watched: no change
+    finally:
+        hasher.close()
+    assert hasher._all == {}
+
+
+def test_the_vpdq_worker_imports_no_torch():
+    """A worker (re)starts in a fraction of a second: it checks a video's header and hashes it without torch."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "from omni.banks.vpdq_worker import answer\n"
+             "from preprocess.item import MediaItem\n"
+             "from preprocess.media import MediaLimits\n"
+             "print(type(answer((MediaItem('videos', 0, b'not a video'), MediaLimits()))).__name__)\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split("\n")[:2] == ["CorruptMedia", "[]"], done.stdout[:300]
