@@ -218,7 +218,9 @@ def abandoned_video(clip: bytes, rounds: int) -> dict[str, float]:
         hasher = VideoHasher(workers=1, timeout_s=60.0, cancel_grace_s=grace_s)
         try:
             banks = BankSet([bank], hasher.features)
-            assert banks.consult(second).decides                      # the worker started and warm
+            started = time.perf_counter()
+            assert banks.consult(second).decides                      # a worker started, its first video hashed
+            figures[f"{name}_worker_start_and_first_video_ms"] = round(1000 * (time.perf_counter() - started), 1)
             waits = []
             for _ in range(min(rounds, 5)):
                 assert banks.consult(first).shown.medium == "images[0]"   # type: ignore[union-attr]
