@@ -10,6 +10,7 @@ import pytest
 
 from api.cluster.remote import RemoteEngine
 from omni.contract.errors import Withdrawn
+from tests.threads import asyncio_run  # not asyncio.run: a worker that ran a browser test has a loop running
 
 pytestmark = pytest.mark.unit
 
@@ -46,5 +47,5 @@ def test_a_gated_request_is_sent_only_when_its_gate_opens(close, answered):
             await task
         return None
 
-    assert asyncio.run(scenario()) == ("decision" if answered else None)
+    assert asyncio_run(scenario()) == ("decision" if answered else None)
     assert sent == (["request"] if answered else [])
