@@ -85,6 +85,7 @@ def create_app(settings: Settings, engine: ServingEngine | None = None, *,  # no
         svc.metrics.watch_webhooks(webhooks)
     if banks is not None:
         svc.metrics.set_banks(banks.described())
+        svc.metrics.watch_video_hasher(banks.video_hasher.stats)
     if svc.review is not None and policy is not None:      # the QA estimate, from the labelled QA samples
         svc.metrics.watch_qa(_qa_estimate(svc))
 

@@ -94,6 +94,8 @@ class Metrics:
         r.register(self._decision_log)
         self._webhooks = _WebhookCollector()
         r.register(self._webhooks)
+        self._video_hasher = _VideoHasherCollector()
+        r.register(self._video_hasher)
         self._adapters = _AdapterCollector()
         r.register(self._adapters)
         self._shadows = _ShadowCollector()
@@ -178,6 +180,10 @@ class Metrics:
     def watch_webhooks(self, webhooks: WebhookStats) -> None:
         """Export the webhook sender's counters: delivered, retried, failed attempts, dropped, dead-lettered."""
         self._webhooks.stats = webhooks.stats
+
+    def watch_video_hasher(self, stats: Callable[[], dict[str, int]]) -> None:
+        """Export the banks' vPDQ workers (`VideoHasher.stats`): alive, and stopped since start by why."""
+        self._video_hasher.stats = stats
 
     def watch_decision_log(self, decision_log: DecisionLog) -> None:
         """Export the decision log's counters: written, dropped (never silently), write errors, queue, bytes."""
@@ -284,6 +290,22 @@ class _WebhookCollector(_ScrapeCollector[dict[str, int]]):
         in_flight = GaugeMetricFamily("omni_webhook_in_flight", "delivery attempts under way")
         in_flight.add_metric([], stats.get("in_flight", 0))
         return deliveries, queue, in_flight
+
+
+class _VideoHasherCollector(_ScrapeCollector[dict[str, int]]):
+    """The banks' vPDQ worker processes: alive now, and stopped since start by why."""
+
+    def families(self, stats: dict[str, int]) -> Iterable[Metric]:
+        alive = GaugeMetricFamily("omni_bank_vpdq_workers", "vPDQ worker processes alive")
+        alive.add_metric([], stats.get("workers", 0))
+        stopped = CounterMetricFamily("omni_bank_vpdq_workers_stopped", "vPDQ workers ended and replaced, by why: "
+                                      "timeout (no hash within --bank-vpdq-timeout-s), died, unwanted (its request "
+                                      "was answered without the hash, which ran past the grace), interrupted",
+                                      labels=["reason"])
+        for key in sorted(stats):
+            if key.startswith("stopped_"):
+                stopped.add_metric([key.removeprefix("stopped_")], stats[key])
+        return alive, stopped
 
 
 class _AdapterCollector(_ScrapeCollector[dict[str, int]]):

@@ -42,6 +42,7 @@ from preprocess.media import MediaLimits
 
 ROOT = Path(__file__).resolve().parents[2]     # where `omni` imports from (the worker runs `-m` there)
 CANCEL_GRACE_S = 0.2       # an unwanted hash still running after this is stopped (about a new worker's start-up)
+STOP_REASONS = ("timeout", "died", "unwanted", "interrupted")   # why a worker was ended before close()
 CANCEL_POLL_S = 0.02       # how often a caller with a `cancelled` event looks at it while its video is hashed
 
 
@@ -60,8 +61,7 @@ class VideoHasher:
         self._idle: list[subprocess.Popen] = []
         self._all: dict[subprocess.Popen, str] = {}     # every live worker -> its temporary directory
         self._closed = False
-        self.restarts = 0          # workers killed (a timeout) or found dead
-        self.abandoned = 0         # of them: killed because nobody wanted their hash any more
+        self.stopped = dict.fromkeys(STOP_REASONS, 0)    # workers ended other than by close(), by why
 
     def features(self, item: MediaItem, limits: MediaLimits = MediaLimits(),
                  cancelled: threading.Event | None = None) -> tuple[VpdqFeature, ...]:
@@ -73,12 +73,13 @@ class VideoHasher:
                 write_message(worker.stdin, (item, limits))      # type: ignore[arg-type]
                 answer = pickle.loads(self._read(worker, deadline, cancelled))   # our own child's
             except (OSError, VideoHashFailed, EOFError, pickle.UnpicklingError) as exc:
-                self._kill(worker, abandoned=isinstance(exc, _Abandoned))
+                self._kill(worker, "unwanted" if isinstance(exc, _Abandoned)
+                           else "timeout" if isinstance(exc, VideoHashFailed) else "died")
                 if isinstance(exc, VideoHashFailed):
                     raise
                 raise VideoHashFailed(f"the vPDQ worker died ({type(exc).__name__})") from None
             except BaseException:
-                self._kill(worker)                  # a worker is idle or ended, never lost
+                self._kill(worker, "interrupted")   # a worker is idle or ended, never lost
                 raise
             self._give_back(worker)
         finally:
@@ -86,6 +87,22 @@ class VideoHasher:
         if isinstance(answer, MediaError):
             raise answer
         return answer
+
+    @property
+    def restarts(self) -> int:
+        """Workers ended before close(), for any reason."""
+        return sum(self.stopped.values())
+
+    @property
+    def abandoned(self) -> int:
+        """Workers stopped because nobody wanted their hash any more."""
+        return self.stopped["unwanted"]
+
+    def stats(self) -> dict[str, int]:
+        """For metrics: `workers` alive now, `stopped_<reason>` since start (timeout, died, unwanted,
+        interrupted)."""
+        with self._lock:
+            return {"workers": len(self._all), **{f"stopped_{reason}": n for reason, n in self.stopped.items()}}
 
     def warm(self) -> None:
         """Starts a worker now (its imports take about a second) unless one is there, so the first video does not
@@ -110,7 +127,7 @@ class VideoHasher:
                 if worker.poll() is None:
                     return worker
                 self._ended(worker)
-                self.restarts += 1
+                self.stopped["died"] += 1
             return self._start()
 
     def _give_back(self, worker: subprocess.Popen) -> None:
@@ -118,7 +135,7 @@ class VideoHasher:
             if not self._closed:
                 self._idle.append(worker)
                 return
-        self._kill(worker)                          # closed meanwhile: it would be nobody's
+        self._kill(worker, None)                    # closed meanwhile: it would be nobody's
 
     def _start(self) -> subprocess.Popen:
         directory = tempfile.mkdtemp(prefix="omni-vpdq-worker-")
@@ -154,14 +171,15 @@ class VideoHasher:
             left -= len(chunk)
         return b"".join(chunks)
 
-    def _kill(self, worker: subprocess.Popen, abandoned: bool = False) -> None:
-        """Ends a worker whose job failed and starts its replacement now (it imports while nobody waits on it)."""
+    def _kill(self, worker: subprocess.Popen, reason: str | None) -> None:
+        """Ends a worker whose job failed (`reason`, counted; None: the hasher closed meanwhile) and starts its
+        replacement now (it imports while nobody waits on it)."""
         worker.kill()
         worker.wait()
         with self._lock:
             self._ended(worker)
-            self.restarts += 1
-            self.abandoned += abandoned
+            if reason is not None:
+                self.stopped[reason] += 1
             if not self._closed:
                 self._idle.append(self._start())
 

@@ -223,13 +223,14 @@ def test_the_worker_hasher_returns_a_bad_videos_error_and_survives_a_hang_and_a_
         hasher.timeout_s = 1e-4                  # no answer in time: the pool is ended, and started again after
         with pytest.raises(VideoHashFailed, match="no vPDQ hash within"):
             hasher.features(MediaItem("videos", 0, data))
-        assert hasher.restarts == 1
+        assert hasher.restarts == 1 and hasher.stats()["stopped_timeout"] == 1
         hasher.timeout_s = 60.0
         assert len(hasher.features(MediaItem("videos", 0, data))) == 2
         [idle] = hasher._idle                    # a worker that died while idle is replaced, not used
         idle.kill()
         idle.wait()
         assert len(hasher.features(MediaItem("videos", 0, data))) == 2 and hasher.restarts == 2
+        assert hasher.stats()["stopped_died"] == 1
     finally:
         hasher.close()
 
@@ -299,6 +300,8 @@ def test_an_unwanted_hash_is_let_finish_within_its_grace_and_stopped_after_it_wi
         with pytest.raises(VideoHashFailed, match="no longer wanted"):
             hasher.features(data, MediaLimits(), cancelled)
         assert hasher.restarts == hasher.abandoned == 1 and first.poll() is not None
+        assert hasher.stats() == {"workers": 1, "stopped_timeout": 0, "stopped_died": 0, "stopped_unwanted": 1,
+                                  "stopped_interrupted": 0}
         assert not Path(directory).exists()
         [replacement] = hasher._idle           # started at once, for the next video
         assert replacement is not first and replacement.poll() is None

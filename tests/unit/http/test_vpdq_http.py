@@ -55,3 +55,6 @@ def test_a_reencoded_copy_of_a_banked_video_is_acted_on_without_the_model(tmp_pa
     assert [(b["name"], b["vpdq_entries"]) for b in described["banks"]] == [("videos", 1)]
     assert metric(metrics, 'omni_bank_hash_failures_total{slot="videos"}') == 1
     assert metric(metrics, 'omni_bank_matches_total{action="act",bank="videos",decided="true"}') == 1
+    assert "\nomni_bank_vpdq_workers 1.0\n" in metrics            # one worker, never stopped
+    for reason in ("died", "interrupted", "timeout", "unwanted"):
+        assert f'\nomni_bank_vpdq_workers_stopped_total{{reason="{reason}"}} 0.0\n' in metrics
