@@ -57,14 +57,15 @@ def start_ray(ray, tries: int = 3) -> None:
     """`ray.init` for a test module, patient with a busy machine: Ray waits up to RAY_gcs_server_port_wait_time_s
     for its GCS server to say its port (set to 120 s here unless the caller set it), and a start that still times
     out is shut down and tried again, up to `tries` times (a clean-clone CI run on 2026-12-05 saw two starts 2 minutes
-    apart time out with no GCS log at all, and the same worker's next start 2 minutes later succeed). A Ray that
-    cannot start in any try fails the module's tests."""
+    apart time out with no GCS log at all, and the same worker's next start 2 minutes later succeed; another, that
+    evening, saw a raylet not register with the GCS within Ray's fixed 30 s — a bare Exception — and, before it was
+    retried too, lost 11 tests to it). A Ray that cannot start in any try fails the module's tests."""
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
     for attempt in range(1, tries + 1):
         try:
             ray.init(num_cpus=4, include_dashboard=False, namespace="omni-tests", log_to_driver=False)
             return
-        except RuntimeError:
+        except Exception:           # RuntimeError: a GCS port never said; a bare Exception: a raylet not registered
             ray.shutdown()
             if attempt == tries:
                 raise
