@@ -105,7 +105,7 @@ class VideoHasher:
             return {"workers": len(self._all), **{f"stopped_{reason}": n for reason, n in self.stopped.items()}}
 
     def warm(self) -> None:
-        """Starts a worker now (its imports take about a second) unless one is there, so the first video does not
+        """Starts a worker now (its imports take about 0.2 s) unless one is there, so the first video does not
         wait for it."""
         with self._lock:
             if not self._all and not self._closed:
